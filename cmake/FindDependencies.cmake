@@ -1,0 +1,22 @@
+# fmt is used header-only and privately, so the installed package does not
+# depend on it; doctest is needed only by the test suites.
+find_package(fmt CONFIG QUIET)
+add_library(nbits_fmt INTERFACE)
+if(TARGET fmt::fmt-header-only)
+  target_link_libraries(nbits_fmt INTERFACE fmt::fmt-header-only)
+else()
+  find_path(NBITS_FMT_INCLUDE_DIR fmt/format.h REQUIRED)
+  target_include_directories(nbits_fmt INTERFACE "${NBITS_FMT_INCLUDE_DIR}")
+  target_compile_definitions(nbits_fmt INTERFACE FMT_HEADER_ONLY=1)
+endif()
+
+if(NBITS_BUILD_TESTS)
+  find_package(doctest CONFIG QUIET)
+  add_library(nbits_doctest INTERFACE)
+  if(TARGET doctest::doctest)
+    target_link_libraries(nbits_doctest INTERFACE doctest::doctest)
+  else()
+    find_path(NBITS_DOCTEST_INCLUDE_DIR doctest/doctest.h REQUIRED)
+    target_include_directories(nbits_doctest INTERFACE "${NBITS_DOCTEST_INCLUDE_DIR}")
+  endif()
+endif()

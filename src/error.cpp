@@ -1,0 +1,22 @@
+#include "nbits/error.hpp"
+
+namespace nbits {
+
+const char* to_string(ErrorKind kind)
+{
+    switch (kind) {
+    case ErrorKind::NoDriver: return "no-driver";
+    case ErrorKind::NoDevice: return "no-device";
+    case ErrorKind::UnsupportedDevice: return "unsupported-device";
+    case ErrorKind::Driver: return "driver";
+    case ErrorKind::Compile: return "compile";
+    case ErrorKind::MissingHeaders: return "missing-headers";
+    case ErrorKind::InvalidArgument: return "invalid-argument";
+    case ErrorKind::Unsupported: return "unsupported";
+    case ErrorKind::Blas: return "blas";
+    case ErrorKind::Io: return "io";
+    }
+    return "unknown";
+}
+
+}  // namespace nbits

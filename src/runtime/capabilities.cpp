@@ -1,0 +1,79 @@
+#include "nbits/runtime/capabilities.hpp"
+
+#include "nbits/error.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace nbits {
+namespace {
+
+std::uint32_t or_default(int reported, std::uint32_t fallback)
+{
+    return reported > 0 ? static_cast<std::uint32_t>(reported) : fallback;
+}
+
+Capabilities make(int major, int minor, std::uint32_t sms, std::uint32_t optin_kib, const char* name)
+{
+    DeviceAttributes attributes;
+    attributes.compute_major = major;
+    attributes.compute_minor = minor;
+    attributes.max_threads_per_block = 1024;
+    attributes.max_shared_memory_per_block = 48 * 1024;
+    attributes.max_shared_memory_per_block_optin = static_cast<int>(optin_kib * 1024);
+    attributes.multiprocessor_count = static_cast<int>(sms);
+    attributes.name = name;
+    return Capabilities::from(attributes);
+}
+
+}  // namespace
+
+Capabilities Capabilities::from(const DeviceAttributes& attributes)
+{
+    if (attributes.compute_major <= 0) {
+        throw Error(ErrorKind::UnsupportedDevice,
+                    fmt::format("device '{}' reports compute capability {}.{}. Why: nbits needs a CUDA GPU with a "
+                                "real compute capability to choose kernels. How to fix: check the driver "
+                                "installation and CUDA_VISIBLE_DEVICES",
+                                attributes.name, attributes.compute_major, attributes.compute_minor));
+    }
+    Capabilities c;
+    c.compute_major = attributes.compute_major;
+    c.compute_minor = attributes.compute_minor;
+    c.max_threads_per_block = or_default(attributes.max_threads_per_block, 256);
+    c.max_shared_memory_per_block = or_default(attributes.max_shared_memory_per_block, 48 * 1024);
+    c.max_shared_memory_per_block_optin =
+        std::max(or_default(attributes.max_shared_memory_per_block_optin, c.max_shared_memory_per_block),
+                 c.max_shared_memory_per_block);
+    c.multiprocessor_count = or_default(attributes.multiprocessor_count, 1);
+    c.name = attributes.name;
+    return c;
+}
+
+Capabilities Capabilities::h200() { return make(9, 0, 132, 227, "NVIDIA H200"); }
+Capabilities Capabilities::rtx4090() { return make(8, 9, 128, 99, "NVIDIA GeForce RTX 4090"); }
+Capabilities Capabilities::l4() { return make(8, 9, 58, 99, "NVIDIA L4"); }
+Capabilities Capabilities::sm89_46() { return make(8, 9, 46, 99, "sm_89 with 46 SMs"); }
+Capabilities Capabilities::sm86_28() { return make(8, 6, 28, 99, "sm_86 with 28 SMs"); }
+Capabilities Capabilities::a100() { return make(8, 0, 108, 163, "NVIDIA A100"); }
+
+SharedMemoryAction decide_dynamic_shared_memory(std::uint32_t requested, std::uint32_t static_bytes,
+                                                const Capabilities& capabilities, const std::string& what)
+{
+    const auto budget = [&](std::uint32_t total) { return total > static_bytes ? total - static_bytes : 0u; };
+    const std::uint32_t default_budget = budget(capabilities.max_shared_memory_per_block);
+    const std::uint32_t optin_budget = budget(capabilities.max_shared_memory_per_block_optin);
+    if (requested > optin_budget) {
+        throw Error(ErrorKind::Unsupported,
+                    fmt::format("{} needs {} bytes of dynamic shared memory, but {} allows at most {} per block "
+                                "({} opt-in minus {} static). Why: the kernel stages the whole activation row in "
+                                "shared memory. How to fix: use a GPU with more shared memory per block, or a "
+                                "model whose hidden size fits",
+                                what, requested, capabilities.name, optin_budget,
+                                capabilities.max_shared_memory_per_block_optin, static_bytes));
+    }
+    return requested > default_budget ? SharedMemoryAction::RaiseLimit : SharedMemoryAction::Unchanged;
+}
+
+}  // namespace nbits

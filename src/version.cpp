@@ -1,0 +1,7 @@
+#include "nbits/nbits.hpp"
+
+namespace nbits {
+
+const char* version() { return NBITS_VERSION; }
+
+}  // namespace nbits

@@ -1,0 +1,181 @@
+#include "nbits/error.hpp"
+#include "nbits/jit/compile.hpp"
+#include "nbits/jit/include_dirs.hpp"
+#include "nbits/jit/kernel_source.hpp"
+#include "nbits/jit/sha256.hpp"
+#include "nbits/jit/target.hpp"
+#include "nbits/kernels.hpp"
+
+#include <doctest/doctest.h>
+
+#include <map>
+#include <set>
+
+using namespace nbits;
+
+TEST_CASE("sha256 matches the FIPS 180-4 test vectors")
+{
+    CHECK(jit::sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    CHECK(jit::sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    CHECK(jit::sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+          "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    std::string million(1000000, 'a');
+    CHECK(jit::sha256_hex(million) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST_CASE("targets parse from sm_XY and compute_XY and nothing else")
+{
+    CHECK(jit::Target::parse("sm_90") == jit::Target::cubin(9, 0));
+    CHECK(jit::Target::parse("compute_80") == jit::Target::ptx(8, 0));
+    CHECK(jit::Target::parse("sm_89").str() == "sm_89");
+    CHECK(jit::Target::ptx(8, 6).str() == "compute_86");
+    for (const char* bad : {"90", "sm90", "sm_", "sm_9x", "compute_", "gfx90a", "sm_1234"}) {
+        CAPTURE(bad);
+        CHECK_THROWS_AS(jit::Target::parse(bad), Error);
+    }
+}
+
+TEST_CASE("a kernel source keeps exactly the headers it reaches, and its digest covers them")
+{
+    const std::vector<jit::Header> headers = {
+        {"a.cuh", "#pragma once\n#include \"b.cuh\"\n"},
+        {"b.cuh", "#pragma once\nint b;\n"},
+        {"unused.cuh", "int unused;\n"},
+    };
+    const jit::KernelSource source("k", "#include \"a.cuh\"\nextern \"C\" __global__ void k_one(int x) {}\n"
+                                        "extern \"C\" __global__ void k_two(\n) {}\n",
+                                   headers);
+    REQUIRE(source.headers().size() == 2);
+    CHECK(source.headers()[0].name == "a.cuh");
+    CHECK(source.headers()[1].name == "b.cuh");
+    CHECK(source.entries() == std::vector<std::string>{"k_one", "k_two"});
+    CHECK(source.has_entry("k_two"));
+    CHECK_FALSE(source.has_entry("k_three"));
+
+    const jit::KernelSource same("other name", source.text(), headers);
+    CHECK(same.digest() == source.digest());
+
+    auto changed = headers;
+    changed[1].text += " ";
+    CHECK(jit::KernelSource("k", source.text(), changed).digest() != source.digest());
+    auto unrelated = headers;
+    unrelated[2].text += " ";
+    CHECK(jit::KernelSource("k", source.text(), unrelated).digest() == source.digest());
+    CHECK(jit::KernelSource("k", source.text() + "\n", headers).digest() != source.digest());
+}
+
+TEST_CASE("include directories are discovered in the original's order and only where cuda_fp16.h exists")
+{
+    std::map<std::string, std::string> env = {
+        {"CUDA_HOME", "/opt/cuda/"},
+        {"CUDA_PATH", "/missing"},
+        {"LD_LIBRARY_PATH", "/x/lib:/venv/site/nvidia/cuda_nvrtc/lib/:/y/nvidia/cuda_nvrtc/lib"},
+    };
+    std::set<std::string> files = {"/opt/cuda/include/cuda_fp16.h", "/usr/local/cuda/include/cuda_fp16.h",
+                                   "/venv/site/nvidia/cuda_runtime/include/cuda_fp16.h"};
+    auto lookup = [&](const char* name) -> std::optional<std::string> {
+        auto it = env.find(name);
+        return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
+    };
+    auto exists = [&](const std::string& path) { return files.count(path) > 0; };
+    CHECK(jit::discover_include_dirs(lookup, exists) ==
+          std::vector<std::string>{"/opt/cuda/include", "/usr/local/cuda/include",
+                                   "/venv/site/nvidia/cuda_runtime/include"});
+
+    env["CUDA_HOME"] = "/usr/local/cuda";
+    CHECK(jit::discover_include_dirs(lookup, exists) ==
+          std::vector<std::string>{"/usr/local/cuda/include", "/venv/site/nvidia/cuda_runtime/include"});
+
+    files.clear();
+    CHECK(jit::discover_include_dirs(lookup, exists).empty());
+    const std::string message = jit::missing_half_headers_message("MatMulNBits fp16 GEMV");
+    CHECK(message.find("MatMulNBits fp16 GEMV") != std::string::npos);
+    CHECK(message.find("CUDA_HOME") != std::string::npos);
+    CHECK(message.find("How to fix") != std::string::npos);
+}
+
+TEST_CASE("a compile error carries the NVRTC log and the options")
+{
+    const jit::KernelSource broken("broken", "extern \"C\" __global__ void broken_entry() { undeclared_name = 1; }\n");
+    jit::CompileRequest request;
+    request.source = &broken;
+    request.target = jit::Target::ptx(8, 0);
+    try {
+        jit::compile(request);
+        FAIL("compiling a broken source must throw");
+    } catch (const Error& error) {
+        CHECK(error.kind() == ErrorKind::Compile);
+        const std::string message = error.what();
+        CHECK(message.find("broken.cu") != std::string::npos);
+        CHECK(message.find("undeclared_name") != std::string::npos);
+        CHECK(message.find("--gpu-architecture=compute_80") != std::string::npos);
+    }
+}
+
+TEST_CASE("asking to compile an entry the source does not declare is an argument error")
+{
+    const jit::KernelSource source("tiny", "extern \"C\" __global__ void tiny_entry() {}\n");
+    jit::CompileRequest request;
+    request.source = &source;
+    request.entries = {"other_entry"};
+    request.target = jit::Target::ptx(8, 0);
+    CHECK_THROWS_WITH_AS(jit::compile(request), doctest::Contains("no entry 'other_entry'"), Error);
+}
+
+TEST_CASE("every kernels_cu entry sits alone behind its per-entry compile guard")
+{
+    for (const jit::KernelSource& source : kernels::all()) {
+        for (const std::string& entry : source.entries()) {
+            CAPTURE(source.name());
+            CAPTURE(entry);
+            const std::string guarded =
+                "#if NBITS_ALL_ENTRIES || NBITS_ENTRY_" + entry + "\nextern \"C\" __global__ void " + entry + "(";
+            CHECK(source.text().find(guarded) != std::string::npos);
+        }
+    }
+}
+
+TEST_CASE("one entry compiled alone yields a module holding that entry only")
+{
+    const jit::KernelSource& source = kernels::source_of_entry("matmul_nbits_gemv_f32");
+    jit::CompileRequest request;
+    request.source = &source;
+    request.entries = {"matmul_nbits_gemv_f32"};
+    request.target = jit::Target::ptx(8, 0);
+    request.include_dirs = jit::discover_include_dirs();
+    const jit::CompiledImage image = jit::compile(request);
+    CHECK(image.image.find(".entry matmul_nbits_gemv_f32(") != std::string::npos);
+    for (const std::string& other : source.entries()) {
+        if (other != "matmul_nbits_gemv_f32") {
+            CAPTURE(other);
+            CHECK(image.image.find(".entry " + other + "(") == std::string::npos);
+        }
+    }
+}
+
+TEST_SUITE("compile-all")
+{
+    TEST_CASE("every embedded kernel source compiles for sm_80, sm_86, sm_89, sm_90 and compute_80")
+    {
+        const auto include_dirs = jit::discover_include_dirs();
+        REQUIRE_MESSAGE(!include_dirs.empty(), "the CUDA toolkit headers (cuda_fp16.h) are needed to compile");
+        REQUIRE(!kernels::all().empty());
+        for (const char* target : {"sm_80", "sm_86", "sm_89", "sm_90", "compute_80"}) {
+            for (const jit::KernelSource& source : kernels::all()) {
+                CAPTURE(target);
+                CAPTURE(source.name());
+                jit::CompileRequest request;
+                request.source = &source;
+                request.target = jit::Target::parse(target);
+                request.include_dirs = include_dirs;
+                const jit::CompiledImage image = jit::compile(request);
+                CHECK(!image.image.empty());
+                if (request.target.kind == jit::ImageKind::Ptx) {
+                    for (const std::string& entry : source.entries()) {
+                        CHECK(image.image.find(".entry " + entry + "(") != std::string::npos);
+                    }
+                }
+            }
+        }
+    }
+}

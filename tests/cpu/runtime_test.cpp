@@ -1,0 +1,113 @@
+#include "nbits/cuda/driver.hpp"
+#include "nbits/error.hpp"
+#include "nbits/fp16.hpp"
+#include "nbits/runtime/capabilities.hpp"
+#include "nbits/runtime/cuda_runtime.hpp"
+#include "nbits/runtime/launch.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+using namespace nbits;
+
+TEST_CASE("capabilities fall back like the original when the driver reports nothing")
+{
+    DeviceAttributes attributes;
+    attributes.compute_major = 8;
+    attributes.compute_minor = 6;
+    const Capabilities c = Capabilities::from(attributes);
+    CHECK(c.max_threads_per_block == 256);
+    CHECK(c.max_shared_memory_per_block == 48 * 1024);
+    CHECK(c.max_shared_memory_per_block_optin == 48 * 1024);
+    CHECK(c.multiprocessor_count == 1);
+
+    attributes.max_shared_memory_per_block = 64 * 1024;
+    attributes.max_shared_memory_per_block_optin = 32 * 1024;  // below the default: never
+    CHECK(Capabilities::from(attributes).max_shared_memory_per_block_optin == 64 * 1024);
+
+    attributes.max_shared_memory_per_block_optin = 0;  // nothing: opt-in equals the default
+    CHECK(Capabilities::from(attributes).max_shared_memory_per_block_optin == 64 * 1024);
+
+    attributes.multiprocessor_count = 132;
+    attributes.max_threads_per_block = 1024;
+    const Capabilities reported = Capabilities::from(attributes);
+    CHECK(reported.multiprocessor_count == 132);
+    CHECK(reported.max_threads_per_block == 1024);
+}
+
+TEST_CASE("a compute capability with major 0 is an unsupported device")
+{
+    DeviceAttributes attributes;
+    attributes.name = "ghost";
+    CHECK_THROWS_WITH_AS(Capabilities::from(attributes), doctest::Contains("compute capability 0.0"), Error);
+    try {
+        Capabilities::from(attributes);
+    } catch (const Error& error) {
+        CHECK(error.kind() == ErrorKind::UnsupportedDevice);
+    }
+}
+
+TEST_CASE("dynamic shared memory: unchanged, raised, or refused before any launch")
+{
+    const Capabilities h200 = Capabilities::h200();  // 48 KiB default, 227 KiB opt-in
+    CHECK(decide_dynamic_shared_memory(0, 0, h200, "k") == SharedMemoryAction::Unchanged);
+    CHECK(decide_dynamic_shared_memory(48 * 1024, 0, h200, "k") == SharedMemoryAction::Unchanged);
+    CHECK(decide_dynamic_shared_memory(48 * 1024 + 1, 0, h200, "k") == SharedMemoryAction::RaiseLimit);
+    // Static shared memory comes off both budgets.
+    CHECK(decide_dynamic_shared_memory(48 * 1024 - 4, 4, h200, "k") == SharedMemoryAction::Unchanged);
+    CHECK(decide_dynamic_shared_memory(48 * 1024 - 3, 4, h200, "k") == SharedMemoryAction::RaiseLimit);
+    CHECK(decide_dynamic_shared_memory(227 * 1024 - 4, 4, h200, "k") == SharedMemoryAction::RaiseLimit);
+    CHECK_THROWS_WITH_AS(decide_dynamic_shared_memory(227 * 1024 - 3, 4, h200, "the fused GEMV"),
+                         doctest::Contains("the fused GEMV needs 232445 bytes"), Error);
+
+    const Capabilities small = Capabilities::sm86_28();  // 99 KiB opt-in
+    CHECK_THROWS_AS(decide_dynamic_shared_memory(128 * 1024, 0, small, "k"), Error);
+}
+
+TEST_CASE("kernel arguments keep their values and order")
+{
+    KernelArgs args;
+    args.ptr(0x1234'5678'9abcull).i32(-7).f32(1.5f);
+    REQUIRE(args.size() == 3);
+    void** pointers = args.pointers();
+    CHECK(*static_cast<CUdeviceptr*>(pointers[0]) == 0x1234'5678'9abcull);
+    CHECK(*static_cast<std::int32_t*>(pointers[1]) == -7);
+    CHECK(*static_cast<float*>(pointers[2]) == 1.5f);
+}
+
+TEST_CASE("fp16 conversion rounds to nearest even and round-trips every half")
+{
+    for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
+        const auto half = static_cast<std::uint16_t>(bits);
+        const float value = half_to_float(half);
+        if (std::isnan(value)) {
+            CHECK((float_to_half(value) & 0x7c00) == 0x7c00);
+            continue;
+        }
+        REQUIRE(float_to_half(value) == half);
+    }
+    CHECK(float_to_half(1.0f + 1.0f / 2048.0f) == 0x3c00);       // tie: to even
+    CHECK(float_to_half(1.0f + 3.0f / 2048.0f) == 0x3c02);       // tie: to even (up)
+    CHECK(float_to_half(65520.0f) == 0x7c00);                    // rounds to infinity
+    CHECK(float_to_half(5.960464477539063e-08f) == 0x0001);      // smallest subnormal
+    CHECK(float_to_half(2.9802322387695312e-08f) == 0x0000);     // half of it: tie to even (zero)
+}
+
+TEST_CASE("without a driver, creating a runtime says no driver was found and what to install")
+{
+    std::string reason;
+    if (cuda::driver_available(&reason)) {
+        MESSAGE("a CUDA driver is present here; the no-driver path is asserted on machines without one");
+        return;
+    }
+    CHECK(reason.find("libcuda.so.1") != std::string::npos);
+    CHECK(reason.find("How to fix") != std::string::npos);
+    try {
+        CudaRuntime runtime;
+        FAIL("a runtime must not start without a driver");
+    } catch (const Error& error) {
+        CHECK(error.kind() == ErrorKind::NoDriver);
+        CHECK(std::string(error.what()).find("no CUDA driver was found") != std::string::npos);
+    }
+}
