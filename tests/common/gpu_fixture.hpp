@@ -3,6 +3,7 @@
 #include "nbits/runtime/cuda_runtime.hpp"
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@ namespace nbits::test {
 
 // The runtime every GPU test shares (created once by the GPU test main).
 CudaRuntime& gpu();
+const std::shared_ptr<CudaRuntime>& gpu_shared();
 
 // Options of the shared runtime: the on-disk cache follows the environment,
 // so gpu-check can prewarm it once for the whole suite.

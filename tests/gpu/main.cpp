@@ -12,7 +12,7 @@
 
 namespace nbits::test {
 namespace {
-std::unique_ptr<CudaRuntime> shared;
+std::shared_ptr<CudaRuntime> shared;
 }
 
 RuntimeOptions shared_runtime_options()
@@ -22,6 +22,7 @@ RuntimeOptions shared_runtime_options()
 }
 
 CudaRuntime& gpu() { return *shared; }
+const std::shared_ptr<CudaRuntime>& gpu_shared() { return shared; }
 
 }  // namespace nbits::test
 
@@ -29,7 +30,7 @@ int main(int argc, char** argv)
 {
     doctest::Context context(argc, argv);
     try {
-        nbits::test::shared = std::make_unique<nbits::CudaRuntime>(nbits::test::shared_runtime_options());
+        nbits::test::shared = std::make_shared<nbits::CudaRuntime>(nbits::test::shared_runtime_options());
     } catch (const nbits::Error& error) {
         if (error.kind() == nbits::ErrorKind::NoDriver || error.kind() == nbits::ErrorKind::NoDevice) {
             std::printf("SKIPPED nbits_gpu_tests: no GPU: %s\n", error.what());

@@ -1,0 +1,124 @@
+#pragma once
+
+#include "nbits/ops/attributes.hpp"
+#include "nbits/ops/launch_plan.hpp"
+#include "nbits/ops/tensor.hpp"
+#include "nbits/runtime/capabilities.hpp"
+#include "nbits/runtime/cuda_runtime.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace nbits::ops {
+
+// Private attributes the fusing graph optimizer sets on MatMulNBits nodes.
+inline constexpr const char* kFoldedBiasAttr = "_cuda_matmul_nbits_folded_bias";
+inline constexpr const char* kGateUpSwigluAttr = "_cuda_gate_up_swiglu";
+inline constexpr const char* kRmsNormPrologueAttr = "_cuda_matmul_nbits_rmsnorm_prologue";
+inline constexpr const char* kRmsNormEpsilonAttr = "_cuda_matmul_nbits_rmsnorm_epsilon";
+
+// The node's attributes, checked: K, N, bits (4 or 8, default 4),
+// block_size (power of two >= 16), weight_prepacked (0 only),
+// accuracy_level (default 0) and the optimizer markers.
+struct MatMulNBitsConfig {
+    std::size_t k = 0;
+    std::size_t n = 0;
+    std::size_t bits = 4;
+    std::size_t block_size = 0;
+    std::int64_t accuracy_level = 0;
+    bool fold_bias_post_round = false;
+    bool gate_up_swiglu = false;
+    bool rmsnorm_prologue = false;
+    float rmsnorm_epsilon = 1e-5f;
+
+    // Throws Error(InvalidArgument) with the original's reason and fix.
+    static MatMulNBitsConfig from_attributes(const NodeAttributes& attributes);
+
+    std::size_t k_blocks() const { return (k + block_size - 1) / block_size; }
+    std::size_t blob_size() const { return block_size * bits / 8; }
+    std::size_t zp_row_bytes() const { return (k_blocks() * bits + 7) / 8; }
+    // The persistent accuracy-level-4 activation workspace (bits 4, level 4):
+    // padded_k int8 values, then one fp32 scale per K block. Zero otherwise.
+    std::size_t workspace_bytes() const;
+};
+
+// The original's developer overrides: ONNX_GENAI_DOWN_COLS (8|4|2) and
+// ONNX_GENAI_ACC4_WARPS (1|2|4|8); other values are ignored.
+struct PlanOverrides {
+    std::optional<int> down_columns;
+    std::optional<int> accuracy4_warps;
+    static PlanOverrides from_environment();
+};
+
+// What the plan may know about the machine, injected so that it stays pure.
+struct PlanContext {
+    Capabilities capabilities;
+    PlanOverrides overrides;
+    bool half_headers_available = true;
+    // Reads g_idx (input 4) from the device for its range check; called only
+    // when a g_idx tensor is present.
+    std::function<std::vector<std::int32_t>(const TensorDesc& g_idx)> read_g_idx;
+};
+
+// Validates the tensors exactly like the original and decides every launch.
+// Throws Error with the original's messages (prefixed "cuda_ep MatMulNBits: ").
+LaunchPlan plan_matmul_nbits(const MatMulNBitsConfig& config, const std::vector<TensorDesc>& inputs,
+                             const std::vector<TensorDesc>& outputs, const PlanContext& context);
+
+struct CaptureSupport {
+    bool supported = false;
+    std::string reason;  // why not, when not
+};
+
+// Receives each run's variant (and the bias stage label, when there is one).
+using TraceHook = std::function<void(const LaunchPlan& plan)>;
+
+struct RunOptions {
+    // Replaces the kernel source of a step by entry name (tests run the
+    // original kernels through the same plan); nullptr keeps nbits' own.
+    std::function<const jit::KernelSource*(const KernelStep& step)> kernel_source_override;
+};
+
+// com.microsoft::MatMulNBits on one runtime: Y = A · dequant(B)ᵀ (+ bias).
+class MatMulNBits {
+public:
+    // Checks the attributes and allocates the persistent accuracy-level-4
+    // workspace when the node needs one.
+    MatMulNBits(std::shared_ptr<CudaRuntime> runtime, const NodeAttributes& attributes);
+    ~MatMulNBits();
+    MatMulNBits(const MatMulNBits&) = delete;
+    MatMulNBits& operator=(const MatMulNBits&) = delete;
+
+    const MatMulNBitsConfig& config() const { return config_; }
+
+    // The plan `run` would execute for these tensors, without running it.
+    LaunchPlan plan(const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs) const;
+
+    // Validates, plans and enqueues the work on the runtime's stream. Inputs
+    // follow the ONNX order [A, B, scales, zero_points, g_idx, bias] plus
+    // gamma at 6 for the RMS-norm prologue; the paired gate/up node takes
+    // [A, W_gate, scales_gate, W_up, scales_up, (gamma), (zp_gate), (zp_up)].
+    // Returns the executed plan. On error nothing stays allocated.
+    LaunchPlan run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                   const RunOptions& options = {});
+
+    // Whether the last run took a path that may be captured into a CUDA graph.
+    CaptureSupport capture_support() const;
+
+    void set_trace(TraceHook hook) { trace_ = std::move(hook); }
+
+private:
+    std::shared_ptr<CudaRuntime> runtime_;
+    MatMulNBitsConfig config_;
+    DeviceBuffer workspace_;
+    mutable std::mutex mutex_;
+    bool last_capture_safe_ = false;
+    TraceHook trace_;
+};
+
+}  // namespace nbits::ops
