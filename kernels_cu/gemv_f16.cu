@@ -13,8 +13,8 @@
 #include "nbits/zero_point.cuh"
 
 // Warps per output column of the split-K entries. The host sizes the grid
-// as ceil(n / (blockDim.x / 32 / NBITS_K_SPLIT)).
-#define NBITS_K_SPLIT 2
+// as ceil(n / (blockDim.x / 32 / k_split)).
+constexpr int k_split = 2;
 
 // Split-K epilogue: warp `ks` of a column's KSplit warps reduces its partial,
 // the partials meet in shared memory (at most 8 columns per CTA) and lane 0
@@ -92,11 +92,11 @@ extern "C" __global__ void matmul_nbits_gemv_int8_f16(
 }
 #endif
 
-// Split-K matmul_nbits_gemv_int8_f16: NBITS_K_SPLIT adjacent warps share a
-// column, warp ks taking the 8-block steps ks, ks + NBITS_K_SPLIT, ... The
+// Split-K matmul_nbits_gemv_int8_f16: k_split adjacent warps share a
+// column, warp ks taking the 8-block steps ks, ks + k_split, ... The
 // partials are added in fp32 in a different association than the single-warp
 // entry, so results agree to rounding, not to the bit. Requires
-// k % 256 == 0 and blockDim.x / 32 a multiple of NBITS_K_SPLIT with at most
+// k % 256 == 0 and blockDim.x / 32 a multiple of k_split with at most
 // 8 columns per CTA (blockDim.x <= 512).
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_int8_f16_splitk
 extern "C" __global__ void matmul_nbits_gemv_int8_f16_splitk(
@@ -115,14 +115,14 @@ extern "C" __global__ void matmul_nbits_gemv_int8_f16_splitk(
     const int lane = (int)threadIdx.x & 31;
     const int warp = (int)threadIdx.x >> 5;
     const int warps_per_block = (int)blockDim.x >> 5;
-    const int cols_per_block = warps_per_block / NBITS_K_SPLIT;
-    const int col_local = warp / NBITS_K_SPLIT;
-    const int ks = warp % NBITS_K_SPLIT;
+    const int cols_per_block = warps_per_block / k_split;
+    const int col_local = warp / k_split;
+    const int ks = warp % k_split;
     const int column = (int)blockIdx.x * cols_per_block + col_local;
 
     float value = 0.0f;
     if (column < n) {
-        value = four_lane_column_dot(k_blocks, lane, ks * 8, NBITS_K_SPLIT * 8,
+        value = four_lane_column_dot(k_blocks, lane, ks * 8, k_split * 8,
             [&](const int block, const int quarter) {
                 const int zero_point =
                     zero_points ? (int)zero_points[(long)column * k_blocks + block] : 128;
@@ -134,15 +134,15 @@ extern "C" __global__ void matmul_nbits_gemv_int8_f16_splitk(
                     (long)column * k_blocks + block);
             });
     }
-    store_split_k_column_f16<NBITS_K_SPLIT>(value, bias, output, column, n,
+    store_split_k_column_f16<k_split>(value, bias, output, column, n,
         col_local, ks, lane, bias_post_round);
 }
 #endif
 
-// Int4 GEMV with fp32 or fp16 scales, block_size 32 (depth = block *
-// block_size addresses the activation, the packed blob is blob_size bytes).
-// Four lanes per block, each taking one aligned packed word (8 codes) and 8
-// activations. Symmetric whole chunks use the register nibble conversion
+// Int4 GEMV with fp32 or fp16 scales. The warp layout (four lanes x 8
+// elements per block) assumes block_size == 32; block_size and blob_size
+// still address the activation and the packed blobs. Each lane takes one
+// aligned packed word (8 codes) and 8 activations. Symmetric whole chunks use the register nibble conversion
 // (dot_int4x8_f16); zero-point weights and chunks cut by k use scalar fp32
 // products. Needs 16-byte aligned activation and 4-byte aligned blobs.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_f16
@@ -341,12 +341,12 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_zp(
 }
 #endif
 
-// Split-K matmul_nbits_gemv_f16_scales_f16_zp: NBITS_K_SPLIT adjacent warps
-// share a column, warp ks taking the 256-wide K steps ks, ks + NBITS_K_SPLIT,
+// Split-K matmul_nbits_gemv_f16_scales_f16_zp: k_split adjacent warps
+// share a column, warp ks taking the 256-wide K steps ks, ks + k_split,
 // ... with the same per-step half2 accumulation. The partials are added in
 // fp32 in a different association than the single-warp entry, so results
 // agree to rounding, not to the bit. Requires k % 256 == 0 (no tail) and
-// blockDim.x / 32 a multiple of NBITS_K_SPLIT with at most 8 columns per CTA.
+// blockDim.x / 32 a multiple of k_split with at most 8 columns per CTA.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_f16_scales_f16_zp_splitk
 extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_zp_splitk(
     const __half* __restrict__ activation,
@@ -372,9 +372,9 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_zp_splitk(
     const int lane = tid & 31;
     const int warp = tid >> 5;
     const int warps_per_block = (int)blockDim.x >> 5;
-    const int cols_per_block = warps_per_block / NBITS_K_SPLIT;
-    const int col_local = warp / NBITS_K_SPLIT;
-    const int ks = warp % NBITS_K_SPLIT;
+    const int cols_per_block = warps_per_block / k_split;
+    const int col_local = warp / k_split;
+    const int ks = warp % k_split;
     const int column = (int)blockIdx.x * cols_per_block + col_local;
 
     __half2 sum0 = __float2half2_rn(0.0f);
@@ -390,7 +390,7 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_zp_splitk(
             (long)(depth_base >> 5) * blob_size + lane * 4;
         const __half* scale_ptr =
             scales + (long)column * k_blocks + (depth_base >> 5) + (lane >> 2);
-        for (; depth_base + 256 <= k; depth_base += NBITS_K_SPLIT * 256) {
+        for (; depth_base + 256 <= k; depth_base += k_split * 256) {
             const unsigned int packed_word =
                 *reinterpret_cast<const unsigned int*>(packed_ptr);
             const int block = (depth_base >> 5) + (lane >> 2);
@@ -398,13 +398,13 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_zp_splitk(
                 block_sub2<true>(zero_points, column, block, zp_row_bytes);
             accumulate_int4x8_f16_zp(
                 packed_word, activation_ptr, *scale_ptr, sub2, sum0, sum1, sum2, sum3);
-            activation_ptr += NBITS_K_SPLIT * 256;
-            packed_ptr += NBITS_K_SPLIT * 128;
-            scale_ptr += NBITS_K_SPLIT * 8;
+            activation_ptr += k_split * 256;
+            packed_ptr += k_split * 128;
+            scale_ptr += k_split * 8;
         }
     }
     const float value = half2x4_sum_f32<false>(0.0f, sum0, sum1, sum2, sum3);
-    store_split_k_column_f16<NBITS_K_SPLIT>(value, bias, output, column, n,
+    store_split_k_column_f16<k_split>(value, bias, output, column, n,
         col_local, ks, lane, bias_post_round);
 }
 #endif

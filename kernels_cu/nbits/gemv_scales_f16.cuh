@@ -11,6 +11,8 @@
 #include "nbits/scale_bias_f16.cuh"
 #include "nbits/zero_point.cuh"
 
+// Symmetric or zero-point int4 with block_size 32 (16-byte blobs; the
+// `blob_size` argument only addresses the column row), fp16 scales.
 // Lane l owns K elements [256*i + 8*l, 256*i + 8*l + 8) for i = 0, 1, ...:
 // one aligned packed word and one uint4 of activations per step, all eight
 // inside block 8*i + l/4. Whole 8-element chunks accumulate in four half2

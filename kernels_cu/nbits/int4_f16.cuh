@@ -7,8 +7,8 @@
 
 #include "nbits/zero_point.cuh"
 
-// fp16 subtrahend pair of the symmetric int4 zero point 8.
-#define NBITS_FP16X2_EIGHT 0x48004800u
+// fp16x2 {8.0, 8.0}: the subtrahend of the symmetric int4 zero point.
+constexpr unsigned int fp16x2_eight = 0x48004800u;
 
 // Converts the eight nibbles of `packed` into four half2 values of
 // (code - zero point), with the zero point given as an fp16x2 pair `sub2`.
@@ -68,7 +68,7 @@ __device__ __forceinline__ void int4x8_to_half2x4(
     const unsigned int packed,
     __half2* values)
 {
-    int4x8_to_half2x4_sub(packed, values, NBITS_FP16X2_EIGHT);
+    int4x8_to_half2x4_sub(packed, values, fp16x2_eight);
 }
 
 // fp16x2 subtrahend of a scalar zero point (a nibble, exact in fp16).
@@ -90,7 +90,7 @@ __device__ __forceinline__ unsigned int block_sub2(
     const int zp_row_bytes)
 {
     if (!HasZp) {
-        return NBITS_FP16X2_EIGHT;
+        return fp16x2_eight;
     }
     return int4_zero_point_sub2(
         int4_block_zero_point(zero_points, column, block, zp_row_bytes));
