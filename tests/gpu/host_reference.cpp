@@ -1,0 +1,316 @@
+#include "host_reference.hpp"
+
+#include "nbits/fp16.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace nbits::test {
+
+float Lcg::next()
+{
+    state_ = state_ * 6364136223846793005ull + 1442695040888963407ull;
+    return (static_cast<float>(state_ >> 33) / static_cast<float>(std::numeric_limits<std::uint32_t>::max())) * 2.0f -
+           1.0f;
+}
+
+std::vector<std::uint8_t> Lcg::codes(std::size_t count, int max)
+{
+    const float top = static_cast<float>(max);
+    std::vector<std::uint8_t> values(count);
+    for (auto& value : values) {
+        value = static_cast<std::uint8_t>(std::clamp(std::round(unit() * top), 0.0f, top));
+    }
+    return values;
+}
+
+std::vector<std::uint16_t> Lcg::halves(std::size_t count, float range)
+{
+    std::vector<std::uint16_t> values(count);
+    for (auto& value : values) {
+        value = float_to_half(next() * range);
+    }
+    return values;
+}
+
+std::vector<float> Lcg::floats(std::size_t count)
+{
+    std::vector<float> values(count);
+    for (auto& value : values) {
+        value = next();
+    }
+    return values;
+}
+
+std::vector<float> Lcg::scales(std::size_t count)
+{
+    std::vector<float> values(count);
+    for (auto& value : values) {
+        value = 0.015f + 0.01f * unit();
+    }
+    return values;
+}
+
+std::vector<std::uint16_t> Lcg::half_scales(std::size_t count) { return to_halves(scales(count)); }
+
+std::vector<float> Lcg::gammas(std::size_t count)
+{
+    std::vector<float> values(count);
+    for (auto& value : values) {
+        value = 0.5f + 0.5f * unit();
+    }
+    return values;
+}
+
+std::vector<std::uint8_t> Lcg::int8_zero_points(std::size_t count)
+{
+    std::vector<std::uint8_t> values(count);
+    for (auto& value : values) {
+        value = static_cast<std::uint8_t>(std::clamp(std::round(128.0f + next() * 16.0f), 96.0f, 160.0f));
+    }
+    return values;
+}
+
+std::vector<float> half_values(const std::vector<std::uint16_t>& halves)
+{
+    std::vector<float> values(halves.size());
+    std::transform(halves.begin(), halves.end(), values.begin(), half_to_float);
+    return values;
+}
+
+std::vector<std::uint16_t> to_halves(const std::vector<float>& values)
+{
+    std::vector<std::uint16_t> halves(values.size());
+    std::transform(values.begin(), values.end(), halves.begin(), float_to_half);
+    return halves;
+}
+
+namespace {
+
+template <typename T>
+std::vector<std::uint8_t> raw_bytes(const std::vector<T>& values)
+{
+    std::vector<std::uint8_t> bytes(values.size() * sizeof(T));
+    if (!bytes.empty()) {
+        std::memcpy(bytes.data(), values.data(), bytes.size());
+    }
+    return bytes;
+}
+
+}  // namespace
+
+HostTensor HostTensor::absent(DataType dtype) { return HostTensor{dtype, {}, {}, false}; }
+
+HostTensor HostTensor::f16(std::vector<std::size_t> shape, const std::vector<std::uint16_t>& halves)
+{
+    return HostTensor{DataType::Float16, std::move(shape), raw_bytes(halves), true};
+}
+
+HostTensor HostTensor::f32(std::vector<std::size_t> shape, const std::vector<float>& values)
+{
+    return HostTensor{DataType::Float32, std::move(shape), raw_bytes(values), true};
+}
+
+HostTensor HostTensor::u8(std::vector<std::size_t> shape, std::vector<std::uint8_t> values)
+{
+    return HostTensor{DataType::Uint8, std::move(shape), std::move(values), true};
+}
+
+HostTensor HostTensor::i32(std::vector<std::size_t> shape, const std::vector<std::int32_t>& values)
+{
+    return HostTensor{DataType::Int32, std::move(shape), raw_bytes(values), true};
+}
+
+HostTensor HostTensor::real(DataType dtype, std::vector<std::size_t> shape, const std::vector<float>& values)
+{
+    return dtype == DataType::Float16 ? f16(std::move(shape), to_halves(values)) : f32(std::move(shape), values);
+}
+
+void trim_absent_tail(std::vector<HostTensor>& inputs)
+{
+    while (!inputs.empty() && !inputs.back().present) {
+        inputs.pop_back();
+    }
+}
+
+int QuantizedWeights::code(std::size_t column, std::size_t depth) const
+{
+    const std::size_t block = depth / block_size;
+    const std::size_t within = depth % block_size;
+    const std::size_t base = (column * k_blocks() + block) * blob_size();
+    if (bits == 8) {
+        return packed[base + within];
+    }
+    const std::uint8_t byte = packed[base + within / 2];
+    return (within & 1) ? byte >> 4 : byte & 15;
+}
+
+int QuantizedWeights::zero_point(std::size_t column, std::size_t group) const
+{
+    if (zero_points.empty()) {
+        return bits == 8 ? 128 : 8;
+    }
+    if (bits == 8) {
+        return zero_points[column * zp_row_bytes() + group];
+    }
+    const std::uint8_t byte = zero_points[column * zp_row_bytes() + group / 2];
+    return (group & 1) ? byte >> 4 : byte & 15;
+}
+
+HostTensor QuantizedWeights::packed_tensor() const { return HostTensor::u8({n, k_blocks(), blob_size()}, packed); }
+
+HostTensor QuantizedWeights::scales_tensor(DataType dtype) const
+{
+    return HostTensor::real(dtype, {n, k_blocks()}, scales);
+}
+
+HostTensor QuantizedWeights::zero_points_tensor() const
+{
+    return zero_points.empty() ? HostTensor::absent(DataType::Uint8)
+                               : HostTensor::u8({n, zp_row_bytes()}, zero_points);
+}
+
+std::vector<std::uint8_t> pack_codes(const std::vector<std::uint8_t>& codes, std::size_t n, std::size_t k,
+                                     std::size_t block_size, std::size_t bits)
+{
+    if (bits == 8) {
+        return codes;  // one byte per weight: [n, k_blocks, block_size] is [n][k]
+    }
+    const std::size_t k_blocks = k / block_size;
+    const std::size_t blob_size = block_size / 2;
+    std::vector<std::uint8_t> packed(n * k_blocks * blob_size);
+    for (std::size_t column = 0; column < n; ++column) {
+        for (std::size_t block = 0; block < k_blocks; ++block) {
+            for (std::size_t pair = 0; pair < blob_size; ++pair) {
+                const std::size_t depth = block * block_size + pair * 2;
+                const std::uint8_t low = codes[column * k + depth] & 15;
+                const std::uint8_t high = codes[column * k + depth + 1] & 15;
+                packed[(column * k_blocks + block) * blob_size + pair] = static_cast<std::uint8_t>(low | (high << 4));
+            }
+        }
+    }
+    return packed;
+}
+
+std::vector<std::uint8_t> pack_int4_zero_points(const std::vector<std::uint8_t>& codes, std::size_t n,
+                                                std::size_t k_blocks)
+{
+    const std::size_t row_bytes = (k_blocks + 1) / 2;
+    std::vector<std::uint8_t> packed(n * row_bytes, 0);
+    for (std::size_t column = 0; column < n; ++column) {
+        for (std::size_t block = 0; block < k_blocks; ++block) {
+            const std::uint8_t code = codes[column * k_blocks + block] & 15;
+            std::uint8_t& byte = packed[column * row_bytes + block / 2];
+            byte = (block & 1) ? static_cast<std::uint8_t>((byte & 0x0f) | (code << 4))
+                               : static_cast<std::uint8_t>((byte & 0xf0) | code);
+        }
+    }
+    return packed;
+}
+
+std::vector<float> oracle_matmul(const std::vector<float>& activation, std::size_t m, const QuantizedWeights& weights,
+                                 const std::vector<float>& bias, const std::vector<std::int32_t>& g_idx)
+{
+    const std::size_t k = weights.k;
+    const std::size_t n = weights.n;
+    const std::size_t k_blocks = weights.k_blocks();
+    std::vector<float> expected(m * n);
+    for (std::size_t column = 0; column < n; ++column) {
+        for (std::size_t row = 0; row < m; ++row) {
+            double acc = 0.0;
+            for (std::size_t depth = 0; depth < k; ++depth) {
+                const std::size_t group = g_idx.empty() ? depth / weights.block_size : static_cast<std::size_t>(g_idx[depth]);
+                const int q = weights.code(column, depth) - weights.zero_point(column, group);
+                acc += static_cast<double>(activation[row * k + depth]) * static_cast<double>(q) *
+                       static_cast<double>(weights.scales[column * k_blocks + group]);
+            }
+            if (!bias.empty()) {
+                acc += static_cast<double>(bias[column]);
+            }
+            expected[row * n + column] = static_cast<float>(acc);
+        }
+    }
+    return expected;
+}
+
+void OracleError::merge(const OracleError& other)
+{
+    max_abs = std::max(max_abs, other.max_abs);
+    max_rel = std::max(max_rel, other.max_rel);
+    max_out = std::max(max_out, other.max_out);
+    all_finite = all_finite && other.all_finite;
+}
+
+std::string OracleError::describe() const
+{
+    return fmt::format("max_abs={:.3e} max_rel={:.3e} max_out={:.3e}", max_abs, max_rel, max_out);
+}
+
+OracleError oracle_error(const std::vector<float>& got, const std::vector<float>& expected)
+{
+    OracleError error;
+    for (std::size_t i = 0; i < got.size() && i < expected.size(); ++i) {
+        if (!std::isfinite(got[i])) {
+            error.all_finite = false;
+        }
+        const float abs = std::fabs(got[i] - expected[i]);
+        const float rel = abs / std::max(std::fabs(expected[i]), 1e-1f);
+        error.max_abs = std::max(error.max_abs, abs);
+        error.max_rel = std::max(error.max_rel, rel);
+        error.max_out = std::max(error.max_out, std::fabs(expected[i]));
+    }
+    if (got.size() != expected.size()) {
+        error.all_finite = false;
+    }
+    return error;
+}
+
+std::vector<HostTensor> GemvProblem::inputs() const
+{
+    const std::size_t k = spec.k;
+    const std::size_t n = spec.n;
+    std::vector<HostTensor> inputs;
+    inputs.push_back(HostTensor::real(spec.activation, {1, k}, activation));
+    inputs.push_back(weights.packed_tensor());
+    inputs.push_back(weights.scales_tensor(spec.scales));
+    inputs.push_back(weights.zero_points_tensor());
+    inputs.push_back(HostTensor::absent(DataType::Int32));
+    inputs.push_back(bias.empty() ? HostTensor::absent(spec.activation) : HostTensor::real(spec.activation, {n}, bias));
+    trim_absent_tail(inputs);
+    return inputs;
+}
+
+GemvProblem draw_gemv_problem(std::uint64_t seed, const GemvProblemSpec& spec)
+{
+    Lcg lcg(seed);
+    GemvProblem problem;
+    problem.spec = spec;
+    const bool f16_activation = spec.activation == DataType::Float16;
+    problem.activation = f16_activation ? half_values(lcg.halves(spec.k)) : lcg.floats(spec.k);
+
+    QuantizedWeights& weights = problem.weights;
+    weights.k = spec.k;
+    weights.n = spec.n;
+    weights.bits = spec.bits;
+    weights.block_size = spec.block_size;
+    const int top = spec.bits == 8 ? 255 : 15;
+    weights.packed = pack_codes(lcg.codes(spec.n * spec.k, top), spec.n, spec.k, spec.block_size, spec.bits);
+    if (spec.zero_points) {
+        const std::vector<std::uint8_t> codes = lcg.codes(spec.n * weights.k_blocks(), top);
+        weights.zero_points = spec.bits == 8 ? codes : pack_int4_zero_points(codes, spec.n, weights.k_blocks());
+    }
+    weights.scales = lcg.scales(spec.n * weights.k_blocks());
+    if (spec.scales == DataType::Float16) {
+        weights.scales = half_values(to_halves(weights.scales));
+    }
+    if (spec.bias) {
+        problem.bias = f16_activation ? half_values(lcg.halves(spec.n, spec.bias_range)) : lcg.floats(spec.n);
+    }
+    return problem;
+}
+
+}  // namespace nbits::test

@@ -1,0 +1,51 @@
+// Decode paths that say they are capture-safe record into a CUDA graph and
+// replay with the bytes of an eager run; the others say why not.
+
+#include "matmul_fixture.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace nbits;
+using namespace nbits::test;
+
+namespace {
+
+// The original's reason, word for word.
+constexpr const char* kUnsupportedReason =
+    "requires M==1 decode GEMV without group_indices; prefill is outside the advertised capture contract and "
+    "group_indices validation reads D2H";
+
+}  // namespace
+
+TEST_CASE("every capture-safe path replays from a CUDA graph with the bytes of an eager run")
+{
+    CudaRuntime& runtime = matmul_gpu();
+    for_each_operator_case(0xca97000000000000ull, [&](const OperatorCase& spec, PreparedCase& prepared) {
+        // The eager run compiles and creates every lazy handle outside the capture.
+        const RunOutcome eager = prepared.run();
+        CHECK(eager.plan.capture_safe == spec.capture_safe());
+        const ops::CaptureSupport support = prepared.op().capture_support();
+        CHECK(support.supported == eager.plan.capture_safe);
+        if (!support.supported) {
+            CHECK(support.reason == kUnsupportedReason);
+            return;
+        }
+
+        const std::uint64_t live = runtime.counters().live();
+        {
+            DeviceOutput& output = prepared.output();
+            output.poison();
+            CapturedGraph graph(runtime, [&] { prepared.op().run(prepared.inputs(), {output.tensor()}); });
+            CHECK_MESSAGE(output.still_poisoned(), "the capture ran kernels instead of recording them");
+            CHECK(prepared.op().capture_support().supported);
+            for (int replay = 0; replay < 2; ++replay) {
+                CAPTURE(replay);
+                output.poison();
+                graph.replay();
+                const std::string difference = byte_difference(output.bytes(), eager.bytes, element_size(spec.activation));
+                CHECK_MESSAGE(difference.empty(), difference);
+            }
+        }
+        CHECK_MESSAGE(runtime.counters().live() == live, "capturing or replaying left allocations behind");
+    });
+}
