@@ -104,7 +104,7 @@ Loaded load()
         resolve(get, "cuEventRecord", d.event_record, f) &&
         resolve(get, "cuEventSynchronize", d.event_synchronize, f) &&
         resolve(get, "cuEventElapsedTime", d.event_elapsed_time, f) &&
-        resolve(get, "cuGraphInstantiate", d.graph_instantiate, f) &&
+        resolve(get, "cuGraphInstantiateWithFlags", d.graph_instantiate, f) &&
         resolve(get, "cuGraphLaunch", d.graph_launch, f) &&
         resolve(get, "cuGraphDestroy", d.graph_destroy, f) &&
         resolve(get, "cuGraphExecDestroy", d.graph_exec_destroy, f);

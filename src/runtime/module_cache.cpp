@@ -7,6 +7,36 @@
 
 namespace nbits {
 
+const char* to_string(CompileGranularity granularity)
+{
+    return granularity == CompileGranularity::Entry ? "entry" : "source";
+}
+
+std::optional<CompileGranularity> parse_granularity(std::string_view text)
+{
+    if (text == "entry") {
+        return CompileGranularity::Entry;
+    }
+    if (text == "source") {
+        return CompileGranularity::Source;
+    }
+    return std::nullopt;
+}
+
+jit::CompileRequest module_request(const jit::KernelSource& source, std::string_view entry,
+                                   CompileGranularity granularity, const jit::Target& target,
+                                   std::vector<std::string> include_dirs)
+{
+    jit::CompileRequest request;
+    request.source = &source;
+    if (granularity == CompileGranularity::Entry) {
+        request.entries.emplace_back(entry);
+    }
+    request.target = target;
+    request.include_dirs = std::move(include_dirs);
+    return request;
+}
+
 struct ModuleCache::Module {
     CUmodule handle = nullptr;
     ~Module()
@@ -125,18 +155,13 @@ std::shared_ptr<ModuleCache::Module> ModuleCache::load_module(const jit::KernelS
         throw Error(ErrorKind::InvalidArgument,
                     fmt::format("{}.cu declares no kernel entry '{}'", source.name(), entry));
     }
-    jit::CompileRequest request;
-    request.source = &source;
-    if (granularity_ == CompileGranularity::Entry) {
-        request.entries.emplace_back(entry);
-    }
-    request.include_dirs = include_dirs_;
+    jit::CompileRequest request =
+        module_request(source, entry, granularity_, jit::Target::cubin(major_, minor_), include_dirs_);
     auto module = std::make_shared<Module>();
 
     // A CUBIN for exactly this GPU, when the cache holds one (nbits-prewarm
     // writes them), loads without the driver's PTX JIT.
     if (store_) {
-        request.target = jit::Target::cubin(major_, minor_);
         if (auto image = store_->load(jit::ImageKey::for_request(request))) {
             if (cuda::driver().module_load_data(&module->handle, image->data()) == CUDA_SUCCESS) {
                 std::lock_guard<std::mutex> lock(mutex_);

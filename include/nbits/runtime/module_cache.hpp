@@ -10,6 +10,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -20,6 +21,17 @@ namespace nbits {
 // How much one compilation covers: the requested entry alone (fastest first
 // launch) or the whole source (one compile serves every entry of a file).
 enum class CompileGranularity { Entry, Source };
+
+const char* to_string(CompileGranularity granularity);  // "entry" or "source"
+// "entry" or "source"; nothing for any other text.
+std::optional<CompileGranularity> parse_granularity(std::string_view text);
+
+// The request the module cache compiles for `entry` of `source` (the entry
+// is ignored at Source granularity). nbits-prewarm builds its requests here
+// too, so that it writes exactly the images a runtime looks up.
+jit::CompileRequest module_request(const jit::KernelSource& source, std::string_view entry,
+                                   CompileGranularity granularity, const jit::Target& target,
+                                   std::vector<std::string> include_dirs);
 
 struct ModuleCacheStats {
     std::uint64_t compiles = 0;      // NVRTC runs
