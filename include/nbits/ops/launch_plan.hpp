@@ -29,6 +29,19 @@ struct BufferRef {
 
 using KernelArg = std::variant<BufferRef, std::int32_t, float>;
 
+// A device address a kernel reads with vector (or plain element) loads must
+// be a multiple of `bytes`; a misaligned load would fault the CUDA context,
+// so the executor checks the real address before launching.
+struct AlignmentRequirement {
+    BufferRef buffer;
+    std::uint32_t bytes = 1;
+    std::string tensor;       // names it in the error, e.g. "A (input 0)"
+    bool operator==(const AlignmentRequirement& o) const
+    {
+        return buffer == o.buffer && bytes == o.bytes && tensor == o.tensor;
+    }
+};
+
 // One kernel launch: an entry of an embedded kernels_cu source, its launch
 // geometry and its arguments in the entry's parameter order.
 struct KernelStep {
@@ -40,6 +53,9 @@ struct KernelStep {
     bool configure_shared_memory = false;
     std::vector<KernelArg> args;
     std::string what;         // names the launch in errors
+    // Inputs and outputs the entry needs aligned beyond one byte (scratch and
+    // the workspace come from cuMemAlloc and are aligned by construction).
+    std::vector<AlignmentRequirement> alignment;
 };
 
 // Row-major Y = A · W (+ bias) through cuBLASLt (the dequantize-then-GEMM path).
@@ -65,6 +81,9 @@ struct LaunchPlan {
     bool synchronize_after = false;                // the dequant path waits before freeing scratch
     std::vector<PlanStep> steps;
     std::uint64_t flops = 0;                       // the original's metric formula
+
+    // True when nothing is launched (an empty output: M == 0).
+    bool empty() const { return steps.empty(); }
 
     // Human-readable and JSON renderings (the plan dump of nbits-plan).
     std::string describe() const;

@@ -40,6 +40,7 @@ struct MatMulNBitsConfig {
     static MatMulNBitsConfig from_attributes(const NodeAttributes& attributes);
 
     std::size_t k_blocks() const { return (k + block_size - 1) / block_size; }
+    std::size_t padded_k() const { return k_blocks() * block_size; }
     std::size_t blob_size() const { return block_size * bits / 8; }
     std::size_t zp_row_bytes() const { return (k_blocks() * bits + 7) / 8; }
     // The persistent accuracy-level-4 activation workspace (bits 4, level 4):
@@ -47,12 +48,20 @@ struct MatMulNBitsConfig {
     std::size_t workspace_bytes() const;
 };
 
+inline constexpr const char* kDownColumnsEnv = "ONNX_GENAI_DOWN_COLS";
+inline constexpr const char* kAccuracy4WarpsEnv = "ONNX_GENAI_ACC4_WARPS";
+
 // The original's developer overrides: ONNX_GENAI_DOWN_COLS (8|4|2) and
 // ONNX_GENAI_ACC4_WARPS (1|2|4|8); other values are ignored.
 struct PlanOverrides {
     std::optional<int> down_columns;
     std::optional<int> accuracy4_warps;
     static PlanOverrides from_environment();
+    // The same rules over given values (nullopt: unset). DOWN_COLS must be
+    // exactly "8", "4" or "2"; ACC4_WARPS parses like Rust's u32 ("+4" and
+    // "04" count) and must be 1, 2, 4 or 8.
+    static PlanOverrides parse(const std::optional<std::string>& down_columns,
+                               const std::optional<std::string>& accuracy4_warps);
 };
 
 // What the plan may know about the machine, injected so that it stays pure.
@@ -61,7 +70,8 @@ struct PlanContext {
     PlanOverrides overrides;
     bool half_headers_available = true;
     // Reads g_idx (input 4) from the device for its range check; called only
-    // when a g_idx tensor is present.
+    // when a g_idx tensor is present (f32 activations). Without one, such a
+    // plan fails with a message saying how to supply the data.
     std::function<std::vector<std::int32_t>(const TensorDesc& g_idx)> read_g_idx;
 };
 
@@ -74,6 +84,11 @@ struct CaptureSupport {
     bool supported = false;
     std::string reason;  // why not, when not
 };
+
+// The original's reason when the last run was not capture-safe.
+inline constexpr const char* kCaptureUnsupportedReason =
+    "requires M==1 decode GEMV without group_indices; prefill is outside the advertised capture contract and "
+    "group_indices validation reads D2H";
 
 // Receives each run's variant (and the bias stage label, when there is one).
 using TraceHook = std::function<void(const LaunchPlan& plan)>;
@@ -97,13 +112,19 @@ public:
     const MatMulNBitsConfig& config() const { return config_; }
 
     // The plan `run` would execute for these tensors, without running it.
+    // From descriptors alone a present g_idx cannot be range-checked: that
+    // plan fails and says to use plan_tensors instead.
     LaunchPlan plan(const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs) const;
+    // The same for device tensors: a present g_idx is copied to the host
+    // (after synchronizing the stream) and range-checked, as run() does.
+    LaunchPlan plan_tensors(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) const;
 
     // Validates, plans and enqueues the work on the runtime's stream. Inputs
     // follow the ONNX order [A, B, scales, zero_points, g_idx, bias] plus
     // gamma at 6 for the RMS-norm prologue; the paired gate/up node takes
     // [A, W_gate, scales_gate, W_up, scales_up, (gamma), (zp_gate), (zp_up)].
-    // Returns the executed plan. On error nothing stays allocated.
+    // Returns the executed plan (empty steps for an empty output, M == 0).
+    // On error nothing stays allocated and capture_support() says Unsupported.
     LaunchPlan run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
                    const RunOptions& options = {});
 
@@ -113,6 +134,8 @@ public:
     void set_trace(TraceHook hook) { trace_ = std::move(hook); }
 
 private:
+    PlanContext context(const std::vector<Tensor>* tensors) const;
+
     std::shared_ptr<CudaRuntime> runtime_;
     MatMulNBitsConfig config_;
     DeviceBuffer workspace_;
