@@ -2,7 +2,29 @@
 
 #include "nbits/jit/sha256.hpp"
 
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <mutex>
+
 namespace nbits::jit {
+
+std::string include_dir_identity(const std::string& dir)
+{
+    static std::mutex mutex;
+    static std::map<std::string, std::string> known;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto hit = known.find(dir); hit != known.end()) {
+        return hit->second;
+    }
+    Sha256 hash;
+    for (const char* name : {"cuda_fp16.h", "cuda_fp16.hpp"}) {
+        std::ifstream file(dir + "/" + name, std::ios::binary);
+        const std::string text = file ? std::string(std::istreambuf_iterator<char>(file), {}) : "<missing>";
+        hash.update_field(name).update_field(text);
+    }
+    return known.emplace(dir, "fp16-headers:" + hash.finish_hex()).first->second;
+}
 
 ImageKey ImageKey::for_request(const CompileRequest& request)
 {
@@ -12,6 +34,11 @@ ImageKey ImageKey::for_request(const CompileRequest& request)
     key.target = request.target;
     key.nvrtc_version = jit::nvrtc_version();
     key.options = compile_options(request);
+    for (std::string& option : key.options) {
+        if (option.rfind("-I", 0) == 0) {
+            option = "-I<" + include_dir_identity(option.substr(2)) + ">";
+        }
+    }
     return key;
 }
 

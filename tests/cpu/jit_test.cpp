@@ -1,5 +1,6 @@
 #include "nbits/error.hpp"
 #include "nbits/jit/compile.hpp"
+#include "nbits/jit/image_store.hpp"
 #include "nbits/jit/include_dirs.hpp"
 #include "nbits/jit/kernel_source.hpp"
 #include "nbits/jit/sha256.hpp"
@@ -8,6 +9,8 @@
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -178,4 +181,28 @@ TEST_SUITE("compile-all")
             }
         }
     }
+}
+
+TEST_CASE("an image key names include directories by their fp16 headers' content, not their path")
+{
+    const std::string root = std::string(NBITS_BINARY_DIR) + "/tests/include-identity";
+    auto write = [](const std::string& path, const std::string& text) {
+        std::ofstream(path, std::ios::binary) << text;
+    };
+    for (const char* dir : {"a", "b", "c"}) {
+        std::filesystem::create_directories(root + "/" + dir);
+        write(root + "/" + dir + "/cuda_fp16.h", "#include \"cuda_fp16.hpp\"\n");
+        write(root + "/" + dir + "/cuda_fp16.hpp", std::string("// half ") + (dir[0] == 'c' ? "v2" : "v1") + "\n");
+    }
+    const jit::KernelSource source("tiny", "extern \"C\" __global__ void tiny_entry() {}\n");
+    auto key_with = [&](const std::string& dir) {
+        jit::CompileRequest request;
+        request.source = &source;
+        request.target = jit::Target::cubin(9, 0);
+        request.include_dirs = {root + "/" + dir};
+        return jit::ImageKey::for_request(request).canonical();
+    };
+    CHECK(key_with("a") == key_with("b"));
+    CHECK(key_with("a") != key_with("c"));
+    CHECK(key_with("a").find(root) == std::string::npos);
 }

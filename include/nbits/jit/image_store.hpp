@@ -15,7 +15,7 @@ struct ImageKey {
     std::vector<std::string> entries;  // empty: the whole source
     Target target;
     std::string nvrtc_version;
-    std::vector<std::string> options;
+    std::vector<std::string> options;  // -I<dir> appears as -I<include_dir_identity(dir)>
 
     static ImageKey for_request(const CompileRequest& request);
     // A text holding every component, one per line; equal keys, equal texts.
@@ -23,6 +23,12 @@ struct ImageKey {
     // Hex SHA-256 of `canonical()`.
     std::string digest() const;
 };
+
+// What an include directory contributes to an image: the content of the fp16
+// headers NVRTC reads from it (cuda_fp16.h, cuda_fp16.hpp), not its path, so
+// that a cache prewarmed where the toolkit lives at one path serves a runtime
+// that finds the same headers at another. Computed once per directory.
+std::string include_dir_identity(const std::string& dir);
 
 // Somewhere compiled images outlive the process (the on-disk JIT cache).
 class ImageStore {
