@@ -1,18 +1,46 @@
-// A program an inference engine would write: link nbits, ask for a runtime,
-// and report what happened. It must link and start without a GPU driver.
+// A program an inference engine would write, and the README's example: link
+// nbits, ask for a runtime, run one MatMulNBits decode. It must link and start
+// without a GPU driver, where it reports why there is no runtime.
 #include <nbits/nbits.hpp>
+#include <nbits/ops/matmul_nbits.hpp>
 
+#include <cstdint>
 #include <cstdio>
+#include <memory>
+#include <vector>
 
 int main()
 {
     std::printf("nbits %s with %zu embedded kernel sources\n", nbits::version(), nbits::kernels::all().size());
+    std::shared_ptr<nbits::CudaRuntime> runtime;
     try {
-        nbits::CudaRuntime runtime;
-        std::printf("device: %s\n", runtime.capabilities().name.c_str());
+        runtime = std::make_shared<nbits::CudaRuntime>();
     } catch (const nbits::Error& error) {
         std::printf("no runtime (%s): %s\n", nbits::to_string(error.kind()), error.what());
         return error.kind() == nbits::ErrorKind::NoDriver || error.kind() == nbits::ErrorKind::NoDevice ? 0 : 1;
     }
+
+    nbits::NodeAttributes attributes;
+    attributes.set("K", std::int64_t{4096}).set("N", std::int64_t{6144});
+    attributes.set("bits", std::int64_t{4}).set("block_size", std::int64_t{32});
+    nbits::ops::MatMulNBits matmul(runtime, attributes);
+
+    nbits::DeviceBuffer a(*runtime, 4096 * 2), b(*runtime, 6144 * 128 * 16), scales(*runtime, 6144 * 128 * 2),
+        y(*runtime, 6144 * 2);
+    runtime->memset_async(a.get(), 0x11, a.size());
+    runtime->memset_async(b.get(), 0x37, b.size());
+    runtime->memset_async(scales.get(), 0x22, scales.size());
+
+    using nbits::DataType;
+    using nbits::Tensor;
+    const std::vector<Tensor> inputs = {
+        Tensor::dense(a.get(), DataType::Float16, {1, 4096}),
+        Tensor::dense(b.get(), DataType::Uint8, {6144, 128, 16}),
+        Tensor::dense(scales.get(), DataType::Float16, {6144, 128}),
+    };
+    const std::vector<Tensor> outputs = {Tensor::dense(y.get(), DataType::Float16, {1, 6144})};
+    const nbits::ops::LaunchPlan plan = matmul.run(inputs, outputs);
+    runtime->synchronize();
+    std::printf("ran %s (capture-safe: %s)\n", plan.variant.c_str(), plan.capture_safe ? "yes" : "no");
     return 0;
 }
