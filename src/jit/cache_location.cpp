@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <cctype>
-#include <cstdlib>
 #include <limits>
 
 namespace nbits::jit {
@@ -109,14 +108,6 @@ CacheLocation resolve_cache_location(const DiskCacheOptions& options, const EnvL
             "NBITS_CACHE_DIR to a writable directory";
     }
     return location;
-}
-
-EnvLookup process_environment()
-{
-    return [](const char* name) -> std::optional<std::string> {
-        const char* value = std::getenv(name);
-        return value ? std::optional<std::string>(value) : std::nullopt;
-    };
 }
 
 CacheLocation resolve_cache_location(const DiskCacheOptions& options)

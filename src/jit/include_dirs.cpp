@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <sys/stat.h>
 
 namespace nbits::jit {
@@ -57,10 +56,7 @@ std::vector<std::string> discover_include_dirs(const EnvLookup& env, const FileE
 std::vector<std::string> discover_include_dirs()
 {
     return discover_include_dirs(
-        [](const char* name) -> std::optional<std::string> {
-            const char* value = std::getenv(name);
-            return value ? std::optional<std::string>(value) : std::nullopt;
-        },
+        process_environment(),
         [](const std::string& path) {
             struct stat info {};
             return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);

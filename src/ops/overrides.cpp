@@ -1,6 +1,7 @@
 #include "nbits/ops/matmul_nbits.hpp"
 
-#include <cstdlib>
+#include "nbits/jit/environment.hpp"
+
 #include <limits>
 
 namespace nbits::ops {
@@ -28,12 +29,6 @@ std::optional<std::uint32_t> parse_u32(const std::string& text)
     return static_cast<std::uint32_t>(value);
 }
 
-std::optional<std::string> environment(const char* name)
-{
-    const char* value = std::getenv(name);
-    return value == nullptr ? std::nullopt : std::optional<std::string>(value);
-}
-
 }  // namespace
 
 PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_columns,
@@ -55,6 +50,7 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
 
 PlanOverrides PlanOverrides::from_environment()
 {
+    const jit::EnvLookup environment = jit::process_environment();
     return parse(environment(kDownColumnsEnv), environment(kAccuracy4WarpsEnv));
 }
 

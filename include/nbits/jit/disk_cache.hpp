@@ -41,9 +41,6 @@ struct CacheLocation {
     std::string ignored_setting;
 };
 
-// The variables of this process (getenv).
-EnvLookup process_environment();
-
 // Pure: reads the environment only through `env`.
 CacheLocation resolve_cache_location(const DiskCacheOptions& options, const EnvLookup& env);
 // The same over the process environment.

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "nbits/jit/environment.hpp"
+
 #include <functional>
 #include <optional>
 #include <string>
@@ -7,7 +9,6 @@
 
 namespace nbits::jit {
 
-using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
 using FileExists = std::function<bool(const std::string& path)>;
 
 // Directories NVRTC needs for <cuda_fp16.h> (NVRTC 13 has no built-in copy):
