@@ -25,7 +25,7 @@ foreach(file IN LISTS FILES)
 endforeach()
 
 set(content "// Generated from ${DIR} by cmake/EmbedSources.cmake. Do not edit.
-#include \"nbits/jit/embedded.hpp\"
+#include \"jit/embedded.hpp\"
 
 namespace {
 

@@ -15,6 +15,8 @@ const char* to_string(ErrorKind kind)
     case ErrorKind::Unsupported: return "unsupported";
     case ErrorKind::Blas: return "blas";
     case ErrorKind::Io: return "io";
+    case ErrorKind::OutOfMemory: return "out-of-memory";
+    case ErrorKind::Internal: return "internal";
     }
     return "unknown";
 }

@@ -1,4 +1,4 @@
-#include "nbits/kernels.hpp"
+#include "kernels.hpp"
 
 #include "nbits/error.hpp"
 

@@ -18,6 +18,8 @@ enum class ErrorKind {
     Unsupported,      // a valid ONNX input this engine does not implement
     Blas,             // cuBLASLt failed
     Io,               // the on-disk JIT cache
+    OutOfMemory,      // the device (or the caller's workspace) has no room
+    Internal,         // a defect in nbits itself; the message says where
 };
 
 const char* to_string(ErrorKind kind);

@@ -1,17 +1,19 @@
 #pragma once
 
-// Everything an engine needs: the runtime, the MatMulNBits operator, the
-// embedded kernels and the JIT.
+// The whole public API: the runtime of one GPU, the MatMulNBits operator,
+// tensors, node attributes, options, the launch plan and errors.
+#include "nbits/attributes.hpp"
+#include "nbits/capabilities.hpp"
 #include "nbits/error.hpp"
-#include "nbits/fp16.hpp"
-#include "nbits/jit/compile.hpp"
-#include "nbits/jit/disk_cache.hpp"
-#include "nbits/kernels.hpp"
-#include "nbits/runtime/cuda_runtime.hpp"
+#include "nbits/launch_plan.hpp"
+#include "nbits/matmul_nbits.hpp"
+#include "nbits/options.hpp"
+#include "nbits/runtime.hpp"
+#include "nbits/tensor.hpp"
 
 namespace nbits {
 
-// "0.1.0"
+// "0.2.0"
 const char* version();
 
 }  // namespace nbits

@@ -1,4 +1,4 @@
-#include "nbits/cuda/driver.hpp"
+#include "cuda/driver.hpp"
 
 #include "nbits/error.hpp"
 
@@ -78,12 +78,15 @@ Loaded load()
         resolve(get, "cuCtxGetCurrent", d.ctx_get_current, f) &&
         resolve(get, "cuCtxPushCurrent", d.ctx_push_current, f) &&
         resolve(get, "cuCtxPopCurrent", d.ctx_pop_current, f) &&
+        resolve(get, "cuCtxSynchronize", d.ctx_synchronize, f) &&
         resolve(get, "cuStreamCreate", d.stream_create, f) &&
         resolve(get, "cuStreamDestroy", d.stream_destroy, f) &&
         resolve(get, "cuStreamSynchronize", d.stream_synchronize, f) &&
         resolve(get, "cuStreamBeginCapture", d.stream_begin_capture, f) &&
         resolve(get, "cuStreamEndCapture", d.stream_end_capture, f) &&
         resolve(get, "cuStreamIsCapturing", d.stream_is_capturing, f) &&
+        resolve(get, "cuStreamGetCtx", d.stream_get_ctx, f) &&
+        resolve(get, "cuStreamWaitEvent", d.stream_wait_event, f) &&
         resolve(get, "cuMemAlloc", d.mem_alloc, f) &&
         resolve(get, "cuMemFree", d.mem_free, f) &&
         resolve(get, "cuMemGetInfo", d.mem_get_info, f) &&
@@ -93,6 +96,12 @@ Loaded load()
         resolve(get, "cuMemcpyDtoDAsync", d.memcpy_dtod_async, f) &&
         resolve(get, "cuMemsetD8", d.memset_d8, f) &&
         resolve(get, "cuMemsetD8Async", d.memset_d8_async, f) &&
+        resolve(get, "cuMemcpyDtoHAsync", d.memcpy_dtoh_async, f) &&
+        resolve(get, "cuMemPoolCreate", d.mem_pool_create, f) &&
+        resolve(get, "cuMemPoolDestroy", d.mem_pool_destroy, f) &&
+        resolve(get, "cuMemPoolSetAttribute", d.mem_pool_set_attribute, f) &&
+        resolve(get, "cuMemAllocFromPoolAsync", d.mem_alloc_from_pool_async, f) &&
+        resolve(get, "cuMemFreeAsync", d.mem_free_async, f) &&
         resolve(get, "cuModuleLoadData", d.module_load_data, f) &&
         resolve(get, "cuModuleUnload", d.module_unload, f) &&
         resolve(get, "cuModuleGetFunction", d.module_get_function, f) &&

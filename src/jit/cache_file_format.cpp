@@ -1,6 +1,6 @@
 #include "jit/cache_file_format.hpp"
 
-#include "nbits/jit/sha256.hpp"
+#include "jit/sha256.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "nbits/jit/disk_cache.hpp"
+#include "jit/disk_cache.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "nbits/jit/environment.hpp"
+#include "jit/environment.hpp"
 
 #include <cstdlib>
 

@@ -1,6 +1,6 @@
-#include "nbits/jit/image_store.hpp"
+#include "jit/image_store.hpp"
 
-#include "nbits/jit/sha256.hpp"
+#include "jit/sha256.hpp"
 
 #include <fstream>
 #include <iterator>

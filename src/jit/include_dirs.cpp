@@ -1,4 +1,4 @@
-#include "nbits/jit/include_dirs.hpp"
+#include "jit/include_dirs.hpp"
 
 #include <fmt/format.h>
 

@@ -1,8 +1,9 @@
-#include "nbits/jit/kernel_source.hpp"
+#include "jit/kernel_source.hpp"
 
-#include "nbits/jit/sha256.hpp"
+#include "jit/sha256.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <set>
 
 namespace nbits::jit {
@@ -61,25 +62,176 @@ std::vector<std::string> quoted_includes(std::string_view text)
     return names;
 }
 
-std::vector<std::string> declared_entries(std::string_view text)
+namespace {
+
+std::string_view trim(std::string_view text)
+{
+    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) {
+        text.remove_prefix(1);
+    }
+    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
+        text.remove_suffix(1);
+    }
+    return text;
+}
+
+// "const __half* __restrict__ activation" -> name "activation", kind Pointer.
+KernelParameter parameter_of(std::string_view declaration)
+{
+    KernelParameter parameter;
+    declaration = trim(declaration);
+    std::size_t end = declaration.size();
+    std::size_t begin = end;
+    while (begin > 0 && is_identifier_char(declaration[begin - 1])) {
+        --begin;
+    }
+    parameter.name = std::string(declaration.substr(begin, end - begin));
+    const std::string_view type = declaration.substr(0, begin);
+    auto has_word = [&](std::string_view word) {
+        for (std::size_t at = type.find(word); at != std::string_view::npos; at = type.find(word, at + 1)) {
+            const bool starts = at == 0 || !is_identifier_char(type[at - 1]);
+            const bool ends = at + word.size() == type.size() || !is_identifier_char(type[at + word.size()]);
+            if (starts && ends) {
+                return true;
+            }
+        }
+        return false;
+    };
+    if (type.find('*') != std::string_view::npos) {
+        parameter.kind = KernelParameter::Kind::Pointer;
+    } else if (has_word("float")) {
+        parameter.kind = KernelParameter::Kind::Float32;
+    } else if (has_word("int")) {
+        parameter.kind = KernelParameter::Kind::Int32;
+    }
+    return parameter;
+}
+
+// "align 16" or "align 4 when int4" (the text of a comment after a parameter).
+void annotate(KernelParameter& parameter, std::string_view comment)
+{
+    comment = trim(comment);
+    if (comment.substr(0, 6) != "align ") {
+        return;
+    }
+    comment = trim(comment.substr(6));
+    std::uint32_t bytes = 0;
+    std::size_t digits = 0;
+    while (digits < comment.size() && comment[digits] >= '0' && comment[digits] <= '9') {
+        bytes = bytes * 10 + static_cast<std::uint32_t>(comment[digits] - '0');
+        ++digits;
+    }
+    if (digits == 0 || bytes == 0) {
+        return;
+    }
+    parameter.align = bytes;
+    comment = trim(comment.substr(digits));
+    if (comment.substr(0, 5) == "when ") {
+        parameter.align_when = std::string(trim(comment.substr(5)));
+    }
+}
+
+// The parameters between the parentheses at `open`, with the alignment
+// comments that follow them; `close` receives the index of the ')'.
+std::vector<KernelParameter> parameters_at(std::string_view text, std::size_t open, std::size_t& close)
+{
+    std::vector<KernelParameter> parameters;
+    std::string current;
+    std::string current_comment;
+    int depth = 0;
+    auto finish = [&]() {
+        if (!trim(current).empty()) {
+            parameters.push_back(parameter_of(current));
+            annotate(parameters.back(), current_comment);
+        }
+        current.clear();
+        current_comment.clear();
+    };
+    for (std::size_t at = open + 1; at < text.size(); ++at) {
+        const char c = text[at];
+        if (c == '/' && at + 1 < text.size() && (text[at + 1] == '/' || text[at + 1] == '*')) {
+            const bool line = text[at + 1] == '/';
+            const std::size_t end = line ? text.find('\n', at) : text.find("*/", at + 2);
+            const std::size_t stop = end == std::string_view::npos ? text.size() : end;
+            const std::string_view comment = text.substr(at + 2, stop - at - 2);
+            // A comment after "x," describes x; one inside an unfinished declaration, that declaration.
+            if (!trim(current).empty()) {
+                current_comment = std::string(comment);
+            } else if (!parameters.empty()) {
+                annotate(parameters.back(), comment);
+            }
+            at = line ? stop - 1 : stop + 1;
+            continue;
+        }
+        if (c == '(') {
+            ++depth;
+        } else if (c == ')') {
+            if (depth == 0) {
+                finish();
+                close = at;
+                return parameters;
+            }
+            --depth;
+        } else if (c == ',' && depth == 0) {
+            finish();
+            continue;
+        }
+        current.push_back(c);
+    }
+    close = text.size();
+    return parameters;
+}
+
+}  // namespace
+
+int KernelEntry::find(std::string_view parameter) const
+{
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+        if (parameters[i].name == parameter) {
+            return static_cast<int>(i);
+        }
+    }
+    return -1;
+}
+
+std::vector<KernelEntry> declared_entries(std::string_view text)
 {
     constexpr std::string_view marker = "extern \"C\" __global__ void ";
-    std::vector<std::string> names;
+    constexpr std::string_view bounds = "__launch_bounds__";
+    std::vector<KernelEntry> entries;
     for (std::size_t at = text.find(marker); at != std::string_view::npos; at = text.find(marker, at + 1)) {
-        std::size_t end = at + marker.size();
+        std::size_t begin = at + marker.size();
+        if (text.substr(begin, bounds.size()) == bounds) {
+            const std::size_t closing = text.find(')', begin);
+            if (closing == std::string_view::npos) {
+                break;
+            }
+            begin = closing + 1;
+            while (begin < text.size() && std::isspace(static_cast<unsigned char>(text[begin]))) {
+                ++begin;
+            }
+        }
+        std::size_t end = begin;
         while (end < text.size() && is_identifier_char(text[end])) {
             ++end;
         }
-        if (end < text.size() && text[end] == '(' && end > at + marker.size()) {
-            names.emplace_back(text.substr(at + marker.size(), end - at - marker.size()));
+        if (end < text.size() && text[end] == '(' && end > begin) {
+            KernelEntry entry;
+            entry.name = std::string(text.substr(begin, end - begin));
+            std::size_t close = end;
+            entry.parameters = parameters_at(text, end, close);
+            entries.push_back(std::move(entry));
         }
     }
-    return names;
+    return entries;
 }
 
 KernelSource::KernelSource(std::string name, std::string text, const std::vector<Header>& available)
-    : name_(std::move(name)), text_(std::move(text)), entries_(declared_entries(text_))
+    : name_(std::move(name)), text_(std::move(text)), declarations_(declared_entries(text_))
 {
+    for (const KernelEntry& declaration : declarations_) {
+        entries_.push_back(declaration.name);
+    }
     std::set<std::string> reached;
     std::vector<std::string> pending = quoted_includes(text_);
     while (!pending.empty()) {
@@ -108,6 +260,16 @@ KernelSource::KernelSource(std::string name, std::string text, const std::vector
 bool KernelSource::has_entry(std::string_view entry) const
 {
     return std::find(entries_.begin(), entries_.end(), entry) != entries_.end();
+}
+
+const KernelEntry* KernelSource::entry(std::string_view entry) const
+{
+    for (const KernelEntry& declaration : declarations_) {
+        if (declaration.name == entry) {
+            return &declaration;
+        }
+    }
+    return nullptr;
 }
 
 std::vector<KernelSource> sources_from(const EmbeddedFileSet& files)

@@ -1,4 +1,4 @@
-#include "nbits/jit/compile.hpp"
+#include "jit/compile.hpp"
 
 #include "nbits/error.hpp"
 
@@ -58,6 +58,9 @@ std::vector<std::string> compile_options(const CompileRequest& request)
     }
     for (const std::string& entry : request.entries) {
         options.push_back("-DNBITS_ENTRY_" + entry + "=1");
+    }
+    for (const std::string& define : request.defines) {
+        options.push_back("-D" + define);
     }
     for (const std::string& dir : request.include_dirs) {
         options.push_back("-I" + dir);

@@ -1,4 +1,4 @@
-#include "nbits/jit/sha256.hpp"
+#include "jit/sha256.hpp"
 
 #include <cstring>
 

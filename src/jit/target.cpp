@@ -1,4 +1,4 @@
-#include "nbits/jit/target.hpp"
+#include "jit/target.hpp"
 
 #include "nbits/error.hpp"
 

@@ -1,12 +1,13 @@
-#include "nbits/ops/launch_plan.hpp"
+// The one plan printer: a human page and a JSON document with the same
+// content, in a fixed key order so that dumps diff cleanly.
+
+#include "nbits/launch_plan.hpp"
+
+#include "json_writer.hpp"
 
 #include <fmt/format.h>
 
-#include <cmath>
 #include <string>
-
-// The plan dump of nbits-plan: a human page and a JSON document with the same
-// content, in a fixed key order so that dumps diff cleanly.
 
 namespace nbits::ops {
 namespace {
@@ -21,6 +22,11 @@ const char* kind_name(BufferRef::Kind kind)
     case BufferRef::Kind::Workspace: return "workspace";
     }
     return "null";
+}
+
+const char* layout_name(GemmStep::WeightLayout layout)
+{
+    return layout == GemmStep::WeightLayout::KxN ? "KxN" : "NxK";
 }
 
 std::string ref_text(const BufferRef& ref)
@@ -48,81 +54,70 @@ std::string arg_text(const KernelArg& arg)
 
 std::string dim_text(const Dim3& d) { return fmt::format("{}x{}x{}", d.x, d.y, d.z); }
 
-std::string json_string(const std::string& text)
+void write_ref(JsonWriter& json, const BufferRef& ref)
 {
-    std::string out = "\"";
-    for (const char c : text) {
-        switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\t': out += "\\t"; break;
-        case '\r': out += "\\r"; break;
-        default:
-            if (static_cast<unsigned char>(c) < 0x20) {
-                out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-            } else {
-                out += c;  // UTF-8 passes through (the reasons use "→" and "≠")
-            }
+    json.begin_object()
+        .field("buffer", kind_name(ref.kind))
+        .field("index", ref.index)
+        .field("offset", ref.offset)
+        .end_object();
+}
+
+void write_dim(JsonWriter& json, const Dim3& d) { json.begin_array().value(d.x).value(d.y).value(d.z).end_array(); }
+
+void write_step(JsonWriter& json, const KernelStep& step)
+{
+    json.begin_object()
+        .field("kind", "kernel")
+        .field("source", step.source)
+        .field("entry", step.entry)
+        .field("what", step.what);
+    json.key("defines").begin_array();
+    for (const std::string& define : step.defines) {
+        json.value(define);
+    }
+    json.end_array();
+    json.key("grid");
+    write_dim(json, step.config.grid);
+    json.key("block");
+    write_dim(json, step.config.block);
+    json.field("dynamic_shared_bytes", step.config.dynamic_shared_bytes)
+        .field("configure_shared_memory", step.configure_shared_memory);
+    json.key("args").begin_array();
+    for (const KernelArg& arg : step.args) {
+        json.begin_object();
+        if (const auto* ref = std::get_if<BufferRef>(&arg)) {
+            json.key("pointer");
+            write_ref(json, *ref);
+        } else if (const auto* value = std::get_if<std::int32_t>(&arg)) {
+            json.field("i32", *value);
+        } else {
+            json.field("f32", static_cast<double>(std::get<float>(arg)));
         }
+        json.end_object();
     }
-    return out + "\"";
-}
-
-std::string json_ref(const BufferRef& ref)
-{
-    return fmt::format(R"({{"buffer":"{}","index":{},"offset":{}}})", kind_name(ref.kind), ref.index, ref.offset);
-}
-
-std::string json_float(float value)
-{
-    // JSON has no NaN or infinity; an attribute may still carry one.
-    return std::isfinite(value) ? fmt::format("{}", value) : json_string(fmt::format("{}", value));
-}
-
-std::string json_arg(const KernelArg& arg)
-{
-    if (const auto* ref = std::get_if<BufferRef>(&arg)) {
-        return fmt::format(R"({{"pointer":{}}})", json_ref(*ref));
+    json.end_array();
+    json.key("alignment").begin_array();
+    for (const AlignmentRequirement& a : step.alignment) {
+        json.begin_object().field("tensor", a.tensor).key("pointer");
+        write_ref(json, a.buffer);
+        json.field("bytes", a.bytes).end_object();
     }
-    if (const auto* value = std::get_if<std::int32_t>(&arg)) {
-        return fmt::format(R"({{"i32":{}}})", *value);
+    json.end_array().end_object();
+}
+
+void write_step(JsonWriter& json, const GemmStep& step)
+{
+    json.begin_object().field("kind", "gemm").field("dtype", to_string(step.dtype));
+    json.field("weight_layout", layout_name(step.weight_layout));
+    for (const auto& [name, ref] : {std::pair{"a", &step.a}, std::pair{"w", &step.w}, std::pair{"y", &step.y},
+                                    std::pair{"bias", &step.bias}}) {
+        json.key(name);
+        write_ref(json, *ref);
     }
-    return fmt::format(R"({{"f32":{}}})", json_float(std::get<float>(arg)));
-}
-
-std::string json_dim(const Dim3& d) { return fmt::format("[{},{},{}]", d.x, d.y, d.z); }
-
-template <typename T, typename F>
-std::string json_array(const std::vector<T>& items, F&& render)
-{
-    std::string out = "[";
-    for (std::size_t i = 0; i < items.size(); ++i) {
-        out += (i == 0 ? "" : ",") + render(items[i]);
-    }
-    return out + "]";
-}
-
-std::string json_step(const KernelStep& step)
-{
-    return fmt::format(
-        R"({{"kind":"kernel","source":{},"entry":{},"what":{},"grid":{},"block":{},"dynamic_shared_bytes":{},)"
-        R"("configure_shared_memory":{},"args":{},"alignment":{}}})",
-        json_string(step.source), json_string(step.entry), json_string(step.what), json_dim(step.config.grid),
-        json_dim(step.config.block), step.config.dynamic_shared_bytes, step.configure_shared_memory,
-        json_array(step.args, json_arg), json_array(step.alignment, [](const AlignmentRequirement& a) {
-            return fmt::format(R"({{"tensor":{},"pointer":{},"bytes":{}}})", json_string(a.tensor),
-                               json_ref(a.buffer), a.bytes);
-        }));
-}
-
-std::string json_step(const GemmStep& step)
-{
-    return fmt::format(
-        R"({{"kind":"gemm","dtype":"{}","a":{},"w":{},"y":{},"bias":{},"m":{},"k":{},"n":{},"workspace":{},)"
-        R"("workspace_bytes":{}}})",
-        step.dtype == blas::GemmDtype::F32 ? "f32" : "f16", json_ref(step.a), json_ref(step.w), json_ref(step.y),
-        json_ref(step.bias), step.m, step.k, step.n, json_ref(step.workspace), step.workspace_bytes);
+    json.field("m", step.m).field("k", step.k).field("n", step.n).field("ldy", step.ldy).key("workspace");
+    write_ref(json, step.workspace);
+    json.field("workspace_bytes", step.workspace_bytes).end_object();
 }
 
 std::string describe_step(const KernelStep& step)
@@ -131,8 +126,12 @@ std::string describe_step(const KernelStep& step)
     for (std::size_t i = 0; i < step.args.size(); ++i) {
         args += (i == 0 ? "" : ", ") + arg_text(step.args[i]);
     }
-    std::string text = fmt::format("  kernel {} ({}.cu) — {}\n    grid {} block {} shared {} bytes{}\n    args: {}\n",
-                                   step.entry, step.source, step.what, dim_text(step.config.grid),
+    std::string defines;
+    for (const std::string& define : step.defines) {
+        defines += " -D" + define;
+    }
+    std::string text = fmt::format("  kernel {} ({}.cu{}) — {}\n    grid {} block {} shared {} bytes{}\n    args: {}\n",
+                                   step.entry, step.source, defines, step.what, dim_text(step.config.grid),
                                    dim_text(step.config.block), step.config.dynamic_shared_bytes,
                                    step.configure_shared_memory ? " (opt-in configured)" : "", args);
     for (const AlignmentRequirement& a : step.alignment) {
@@ -143,10 +142,10 @@ std::string describe_step(const KernelStep& step)
 
 std::string describe_step(const GemmStep& step)
 {
-    return fmt::format("  cuBLASLt GEMM {} Y[{}x{}] = A[{}x{}] · W[{}x{}]: a={}, w={}, y={}, bias={}, workspace={} "
+    return fmt::format("  cuBLASLt GEMM {} Y[{}x{}] = A[{}x{}] · W({}): a={}, w={}, y={}, bias={}, workspace={} "
                        "({} bytes)\n",
-                       step.dtype == blas::GemmDtype::F32 ? "f32" : "f16", step.m, step.n, step.m, step.k, step.k,
-                       step.n, ref_text(step.a), ref_text(step.w), ref_text(step.y), ref_text(step.bias),
+                       to_string(step.dtype), step.m, step.n, step.m, step.k, layout_name(step.weight_layout),
+                       ref_text(step.a), ref_text(step.w), ref_text(step.y), ref_text(step.bias),
                        ref_text(step.workspace), step.workspace_bytes);
 }
 
@@ -154,7 +153,7 @@ std::string describe_step(const GemmStep& step)
 
 std::string LaunchPlan::describe() const
 {
-    std::string text = fmt::format("variant: {}\nreason: {}\n", variant, reason);
+    std::string text = fmt::format("policy: {}\nvariant: {}\nreason: {}\n", to_string(policy), variant, reason());
     if (bias_stage) {
         text += fmt::format("bias stage: {} — {}\n", *bias_stage, bias_stage_reason.value_or(""));
     }
@@ -166,26 +165,32 @@ std::string LaunchPlan::describe() const
     for (const PlanStep& step : steps) {
         text += std::visit([](const auto& s) { return describe_step(s); }, step);
     }
-    if (synchronize_after) {
-        text += "then: synchronize the stream before freeing scratch\n";
-    }
     return text;
 }
 
 std::string LaunchPlan::to_json() const
 {
-    const auto optional_string = [](const std::optional<std::string>& value) {
-        return value ? json_string(*value) : std::string("null");
-    };
-    return fmt::format(
-        R"({{"variant":{},"reason":{},"bias_stage":{},"bias_stage_reason":{},"capture_safe":{},"flops":{},)"
-        R"("scratch_bytes":{},"synchronize_after":{},"steps":{}}})",
-        json_string(variant), json_string(reason), optional_string(bias_stage), optional_string(bias_stage_reason),
-        capture_safe, flops, json_array(scratch_bytes, [](std::size_t b) { return std::to_string(b); }),
-        synchronize_after,
-        json_array(steps, [](const PlanStep& step) {
-            return std::visit([](const auto& s) { return json_step(s); }, step);
-        }));
+    JsonWriter json;
+    json.begin_object()
+        .field("policy", to_string(policy))
+        .field("variant", variant)
+        .field("reason", reason());
+    bias_stage ? json.field("bias_stage", *bias_stage) : json.key("bias_stage").null();
+    bias_stage_reason ? json.field("bias_stage_reason", *bias_stage_reason) : json.key("bias_stage_reason").null();
+    json.field("capture_safe", capture_safe)
+        .field("checks_group_indices", checks_group_indices)
+        .field("flops", flops);
+    json.key("scratch_bytes").begin_array();
+    for (const std::size_t bytes : scratch_bytes) {
+        json.value(bytes);
+    }
+    json.end_array().field("workspace_bytes", workspace_bytes());
+    json.key("steps").begin_array();
+    for (const PlanStep& step : steps) {
+        std::visit([&json](const auto& s) { write_step(json, s); }, step);
+    }
+    json.end_array().end_object();
+    return json.str();
 }
 
 }  // namespace nbits::ops

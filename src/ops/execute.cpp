@@ -1,8 +1,9 @@
 #include "ops/execute.hpp"
 
-#include "ops/alignment.hpp"
-#include "ops/errors.hpp"
-#include "nbits/kernels.hpp"
+#include "blas/gemm.hpp"
+#include "kernels.hpp"
+#include "ops/plan_internal.hpp"
+#include "runtime/internals.hpp"
 
 #include <fmt/format.h>
 
@@ -20,29 +21,33 @@ const Tensor* bound_tensor(const BufferRef& ref, const PlanBindings& bindings)
     }
     if (slot >= tensors->size()) {
         // The plan was validated against these tensors: a slot past the end is a bug here.
-        throw Error(ErrorKind::InvalidArgument,
-                    prefixed(fmt::format("the plan refers to {} slot {}, but only {} were given",
-                                         ref.kind == BufferRef::Kind::Input ? "input" : "output", slot,
-                                         tensors->size())));
+        fail_internal(fmt::format("the plan refers to {} slot {}, but only {} were given",
+                                  ref.kind == BufferRef::Kind::Input ? "input" : "output", slot, tensors->size()));
     }
     return &(*tensors)[slot];
 }
 
-CUdeviceptr resolve(const BufferRef& ref, const PlanBindings& bindings, const std::vector<DeviceBuffer>& scratch)
+// Where the plan's scratch buffers live for one run.
+struct Scratch {
+    CUdeviceptr base = 0;
+    const LaunchPlan* plan = nullptr;
+};
+
+CUdeviceptr resolve(const BufferRef& ref, const PlanBindings& bindings, const Scratch& scratch)
 {
     switch (ref.kind) {
     case BufferRef::Kind::Null: return 0;
     case BufferRef::Kind::Input:
     case BufferRef::Kind::Output: return bound_tensor(ref, bindings)->data + ref.offset;
-    case BufferRef::Kind::Scratch: return scratch.at(static_cast<std::size_t>(ref.index)).get() + ref.offset;
-    case BufferRef::Kind::Workspace: return bindings.workspace + ref.offset;
+    case BufferRef::Kind::Scratch: return scratch.base + scratch.plan->scratch_offset(ref.index) + ref.offset;
+    case BufferRef::Kind::Workspace: return bindings.accuracy4_workspace + ref.offset;
     }
     return 0;
 }
 
 void check_present(const BufferRef& ref, const PlanBindings& bindings, const std::string& what)
 {
-    if (ref.kind == BufferRef::Kind::Workspace && bindings.workspace == 0) {
+    if (ref.kind == BufferRef::Kind::Workspace && bindings.accuracy4_workspace == 0) {
         fail("accuracy_level=4 GEMV workspace is unavailable");
     }
     const Tensor* tensor = bound_tensor(ref, bindings);
@@ -65,23 +70,9 @@ void check_alignment(const AlignmentRequirement& requirement, CUdeviceptr addres
     }
 }
 
-const jit::KernelSource& source_for(const KernelStep& step, const RunOptions& options)
+void launch(CudaRuntime::Internals& runtime, const KernelStep& step, CUfunction function,
+            const PlanBindings& bindings, const Scratch& scratch, CUstream stream)
 {
-    if (options.kernel_source_override) {
-        if (const jit::KernelSource* replaced = options.kernel_source_override(step)) {
-            return *replaced;
-        }
-    }
-    return kernels::source(step.source);
-}
-
-void launch(CudaRuntime& runtime, const KernelStep& step, const PlanBindings& bindings,
-            const std::vector<DeviceBuffer>& scratch, const RunOptions& options)
-{
-    const CUfunction function = runtime.function(source_for(step, options), step.entry);
-    if (step.configure_shared_memory) {
-        runtime.configure_dynamic_shared_memory(function, step.config.dynamic_shared_bytes, step.what);
-    }
     KernelArgs args;
     for (const KernelArg& arg : step.args) {
         if (const auto* ref = std::get_if<BufferRef>(&arg)) {
@@ -92,14 +83,15 @@ void launch(CudaRuntime& runtime, const KernelStep& step, const PlanBindings& bi
             args.f32(std::get<float>(arg));
         }
     }
-    runtime.launch(function, step.config, args, step.what);
+    runtime.launch(function, step.config, args, stream, step.what);
 }
 
-void gemm(CudaRuntime& runtime, const GemmStep& step, const PlanBindings& bindings,
-          const std::vector<DeviceBuffer>& scratch)
+void gemm(CudaRuntime& runtime, const GemmStep& step, const PlanBindings& bindings, const Scratch& scratch,
+          CUstream stream)
 {
     blas::GemmParams params;
     params.dtype = step.dtype;
+    params.weights_nk = step.weight_layout == GemmStep::WeightLayout::NxK;
     params.a = resolve(step.a, bindings, scratch);
     params.w = resolve(step.w, bindings, scratch);
     params.y = resolve(step.y, bindings, scratch);
@@ -107,10 +99,72 @@ void gemm(CudaRuntime& runtime, const GemmStep& step, const PlanBindings& bindin
     params.m = step.m;
     params.k = step.k;
     params.n = step.n;
-    blas::gemm(runtime, params, resolve(step.workspace, bindings, scratch), step.workspace_bytes);
+    params.ldy = step.ldy;
+    blas::gemm(runtime, params, resolve(step.workspace, bindings, scratch), step.workspace_bytes, stream);
+}
+
+// Pool scratch of one run, released on the run's stream however the run ends.
+class PooledScratch {
+public:
+    PooledScratch(CudaRuntime::Internals& runtime, std::size_t bytes, CUstream stream)
+        : runtime_(runtime), stream_(stream), pointer_(runtime.allocate_async(bytes, stream))
+    {
+    }
+    ~PooledScratch()
+    {
+        try {
+            runtime_.release_async(pointer_, stream_);
+        } catch (...) {
+            // A destructor cannot report; a failed release means the context is already broken.
+        }
+    }
+    PooledScratch(const PooledScratch&) = delete;
+    PooledScratch& operator=(const PooledScratch&) = delete;
+    CUdeviceptr get() const { return pointer_; }
+
+private:
+    CudaRuntime::Internals& runtime_;
+    CUstream stream_;
+    CUdeviceptr pointer_;
+};
+
+void enqueue_steps(CudaRuntime& runtime, const LaunchPlan& plan, const PlanFunctions& functions,
+                   const PlanBindings& bindings, const Scratch& scratch, CUstream stream)
+{
+    CudaRuntime::Internals& internals = runtime.internals();
+    for (std::size_t i = 0; i < plan.steps.size(); ++i) {
+        if (const auto* step = std::get_if<KernelStep>(&plan.steps[i])) {
+            launch(internals, *step, functions[i], bindings, scratch, stream);
+        } else {
+            gemm(runtime, std::get<GemmStep>(plan.steps[i]), bindings, scratch, stream);
+        }
+    }
 }
 
 }  // namespace
+
+PlanFunctions load_plan_functions(CudaRuntime& runtime, const LaunchPlan& plan,
+                                  const KernelSourceOverride& source_override)
+{
+    CudaRuntime::Internals& internals = runtime.internals();
+    PlanFunctions functions;
+    functions.reserve(plan.steps.size());
+    for (const PlanStep& planned : plan.steps) {
+        const auto* step = std::get_if<KernelStep>(&planned);
+        if (step == nullptr) {
+            functions.push_back(nullptr);
+            continue;
+        }
+        const jit::KernelSource* source = source_override ? source_override(*step) : nullptr;
+        const CUfunction function =
+            internals.function(source != nullptr ? *source : kernels::source(step->source), step->entry, step->defines);
+        if (step->configure_shared_memory) {
+            internals.configure_dynamic_shared_memory(function, step->config.dynamic_shared_bytes, step->what);
+        }
+        functions.push_back(function);
+    }
+    return functions;
+}
 
 void check_addresses(const LaunchPlan& plan, const PlanBindings& bindings)
 {
@@ -135,25 +189,33 @@ void check_addresses(const LaunchPlan& plan, const PlanBindings& bindings)
     }
 }
 
-void execute_plan(CudaRuntime& runtime, const LaunchPlan& plan, const PlanBindings& bindings,
-                  const RunOptions& options)
+void execute_plan(CudaRuntime& runtime, const LaunchPlan& plan, const PlanFunctions& functions,
+                  const PlanBindings& bindings, const RunOptions& options, CUstream stream)
 {
     check_addresses(plan, bindings);
-    std::vector<DeviceBuffer> scratch;
-    scratch.reserve(plan.scratch_bytes.size());
-    for (const std::size_t bytes : plan.scratch_bytes) {
-        scratch.emplace_back(runtime, bytes);
+    const std::size_t scratch_bytes = plan.workspace_bytes();
+    if (scratch_bytes == 0) {
+        enqueue_steps(runtime, plan, functions, bindings, {0, &plan}, stream);
+        return;
     }
-    for (const PlanStep& planned : plan.steps) {
-        if (const auto* step = std::get_if<KernelStep>(&planned)) {
-            launch(runtime, *step, bindings, scratch, options);
-        } else {
-            gemm(runtime, std::get<GemmStep>(planned), bindings, scratch);
+    if (options.workspace != 0) {
+        if (options.workspace_bytes < scratch_bytes) {
+            fail(fmt::format("RunOptions::workspace holds {} bytes, but this run needs {}. How to fix: size the "
+                             "workspace with MatMulNBits::workspace_bytes for the same tensors, or pass none and let "
+                             "nbits take scratch from its pool",
+                             options.workspace_bytes, scratch_bytes));
         }
+        if (options.workspace % 256 != 0) {
+            fail(fmt::format("RunOptions::workspace is at device address {:#x}, which is not 256-byte aligned. How "
+                             "to fix: pass the start of a cuMemAlloc/cudaMalloc allocation or an offset that is a "
+                             "multiple of 256",
+                             options.workspace));
+        }
+        enqueue_steps(runtime, plan, functions, bindings, {options.workspace, &plan}, stream);
+        return;
     }
-    if (plan.synchronize_after) {
-        runtime.synchronize();
-    }
+    const PooledScratch scratch(runtime.internals(), scratch_bytes, stream);
+    enqueue_steps(runtime, plan, functions, bindings, {scratch.get(), &plan}, stream);
 }
 
 }  // namespace nbits::ops::detail

@@ -3,8 +3,12 @@
 // Runs a LaunchPlan on a runtime: the only part of the operator that touches
 // the GPU.
 
-#include "nbits/ops/matmul_nbits.hpp"
+#include "jit/kernel_source.hpp"
+#include "nbits/matmul_nbits.hpp"
 
+#include <cuda.h>
+
+#include <functional>
 #include <vector>
 
 namespace nbits::ops::detail {
@@ -13,15 +17,29 @@ namespace nbits::ops::detail {
 struct PlanBindings {
     const std::vector<Tensor>& inputs;
     const std::vector<Tensor>& outputs;
-    CUdeviceptr workspace = 0;  // the persistent accuracy-level-4 workspace, 0 when none
-    bool gate_up_slots = false; // name inputs as the paired gate/up node's in errors
+    CUdeviceptr accuracy4_workspace = 0;  // the operator's persistent workspace, 0 when none
+    bool gate_up_slots = false;           // name inputs as the paired gate/up node's in errors
 };
 
-// Checks every address the steps use (present, aligned), allocates the
-// scratch, enqueues the steps in order on the runtime's stream and, when the
-// plan asks, waits for them. Scratch is freed on every path, errors included.
-void execute_plan(CudaRuntime& runtime, const LaunchPlan& plan, const PlanBindings& bindings,
-                  const RunOptions& options);
+// The loaded functions of a plan's kernel steps, in step order (nullptr for
+// a cuBLASLt step), resolved once when the plan is cached.
+using PlanFunctions = std::vector<CUfunction>;
+
+// Replaces the kernel source of a step (tests run the original kernels
+// through nbits' plans); nullptr keeps nbits' own.
+using KernelSourceOverride = std::function<const jit::KernelSource*(const KernelStep& step)>;
+
+// Compiles (or finds) and loads every kernel of the plan, opting into the
+// dynamic shared memory each needs.
+PlanFunctions load_plan_functions(CudaRuntime& runtime, const LaunchPlan& plan,
+                                  const KernelSourceOverride& source_override = nullptr);
+
+// Checks every address the steps use (present, aligned), takes the scratch
+// from `options.workspace` or nbits' pool, and enqueues the steps in order on
+// `stream`. Pool scratch is released on the stream on every path, errors
+// included.
+void execute_plan(CudaRuntime& runtime, const LaunchPlan& plan, const PlanFunctions& functions,
+                  const PlanBindings& bindings, const RunOptions& options, CUstream stream);
 
 // The address checks alone (no GPU), for tests: a null address of a non-empty
 // tensor, a misaligned address, a missing workspace.

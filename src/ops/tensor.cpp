@@ -1,7 +1,9 @@
-#include "nbits/ops/tensor.hpp"
+#include "nbits/tensor.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <limits>
 
 namespace nbits {
 
@@ -33,14 +35,38 @@ std::size_t element_size(DataType dtype)
     return 1;
 }
 
-std::size_t TensorDesc::numel() const
+std::optional<std::size_t> TensorDesc::element_count() const
 {
     std::size_t count = 1;
+    bool overflowed = false;
     for (const std::size_t extent : shape) {
+        if (extent == 0) {
+            return 0;  // an empty tensor, whatever its other extents
+        }
+        if (count > std::numeric_limits<std::size_t>::max() / extent) {
+            overflowed = true;
+        }
         count *= extent;
+    }
+    if (overflowed) {
+        return std::nullopt;
     }
     return count;
 }
+
+std::optional<std::size_t> TensorDesc::byte_count() const
+{
+    const std::optional<std::size_t> count = element_count();
+    const std::size_t size = element_size(dtype);
+    if (!count || *count > std::numeric_limits<std::size_t>::max() / size) {
+        return std::nullopt;
+    }
+    return *count * size;
+}
+
+std::size_t TensorDesc::numel() const { return element_count().value_or(std::numeric_limits<std::size_t>::max()); }
+
+std::size_t TensorDesc::byte_size() const { return byte_count().value_or(std::numeric_limits<std::size_t>::max()); }
 
 bool TensorDesc::is_contiguous() const
 {
@@ -50,16 +76,22 @@ bool TensorDesc::is_contiguous() const
     if (strides.size() != shape.size()) {
         return false;
     }
+    const std::optional<std::size_t> count = element_count();
+    if (!count) {
+        return false;
+    }
     // An empty tensor addresses no element, so its strides cannot misplace one.
-    if (numel() == 0) {
+    if (*count == 0) {
         return true;
     }
-    std::int64_t dense = 1;
+    // Dense strides are partial products of the extents, bounded by the
+    // element count, which fits: no step below overflows.
+    std::uint64_t dense = 1;
     for (std::size_t i = shape.size(); i-- > 0;) {
-        if (shape[i] != 1 && strides[i] != dense) {
+        if (shape[i] != 1 && (strides[i] < 0 || static_cast<std::uint64_t>(strides[i]) != dense)) {
             return false;
         }
-        dense *= static_cast<std::int64_t>(shape[i]);
+        dense *= shape[i];
     }
     return true;
 }

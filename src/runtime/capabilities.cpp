@@ -1,4 +1,5 @@
-#include "nbits/runtime/capabilities.hpp"
+#include "nbits/capabilities.hpp"
+#include "runtime/internals.hpp"
 
 #include "nbits/error.hpp"
 
@@ -14,15 +15,18 @@ std::uint32_t or_default(int reported, std::uint32_t fallback)
     return reported > 0 ? static_cast<std::uint32_t>(reported) : fallback;
 }
 
-Capabilities make(int major, int minor, std::uint32_t sms, std::uint32_t optin_kib, const char* name)
+Capabilities make(int major, int minor, std::uint32_t sms, std::uint32_t optin_kib, std::uint64_t memory_gib,
+                  const char* name)
 {
     DeviceAttributes attributes;
     attributes.compute_major = major;
     attributes.compute_minor = minor;
     attributes.max_threads_per_block = 1024;
+    attributes.max_threads_per_multiprocessor = 0;  // derived from the compute capability
     attributes.max_shared_memory_per_block = 48 * 1024;
     attributes.max_shared_memory_per_block_optin = static_cast<int>(optin_kib * 1024);
     attributes.multiprocessor_count = static_cast<int>(sms);
+    attributes.total_memory_bytes = memory_gib << 30;
     attributes.name = name;
     return Capabilities::from(attributes);
 }
@@ -42,21 +46,26 @@ Capabilities Capabilities::from(const DeviceAttributes& attributes)
     c.compute_major = attributes.compute_major;
     c.compute_minor = attributes.compute_minor;
     c.max_threads_per_block = or_default(attributes.max_threads_per_block, 256);
+    const bool full_size_sm = (c.compute_major == 8 && c.compute_minor == 0) || c.compute_major == 9 ||
+                              c.compute_major == 10;
+    c.max_threads_per_multiprocessor = or_default(attributes.max_threads_per_multiprocessor, full_size_sm ? 2048 : 1536);
     c.max_shared_memory_per_block = or_default(attributes.max_shared_memory_per_block, 48 * 1024);
     c.max_shared_memory_per_block_optin =
         std::max(or_default(attributes.max_shared_memory_per_block_optin, c.max_shared_memory_per_block),
                  c.max_shared_memory_per_block);
     c.multiprocessor_count = or_default(attributes.multiprocessor_count, 1);
+    c.total_memory_bytes = attributes.total_memory_bytes;
     c.name = attributes.name;
     return c;
 }
 
-Capabilities Capabilities::h200() { return make(9, 0, 132, 227, "NVIDIA H200"); }
-Capabilities Capabilities::rtx4090() { return make(8, 9, 128, 99, "NVIDIA GeForce RTX 4090"); }
-Capabilities Capabilities::l4() { return make(8, 9, 58, 99, "NVIDIA L4"); }
-Capabilities Capabilities::sm89_46() { return make(8, 9, 46, 99, "sm_89 with 46 SMs"); }
-Capabilities Capabilities::sm86_28() { return make(8, 6, 28, 99, "sm_86 with 28 SMs"); }
-Capabilities Capabilities::a100() { return make(8, 0, 108, 163, "NVIDIA A100"); }
+Capabilities Capabilities::h200() { return make(9, 0, 132, 227, 140, "NVIDIA H200"); }
+Capabilities Capabilities::rtx4090() { return make(8, 9, 128, 99, 24, "NVIDIA GeForce RTX 4090"); }
+Capabilities Capabilities::l4() { return make(8, 9, 58, 99, 24, "NVIDIA L4"); }
+Capabilities Capabilities::sm89_46() { return make(8, 9, 46, 99, 12, "sm_89 with 46 SMs"); }
+Capabilities Capabilities::sm86_28() { return make(8, 6, 28, 99, 12, "sm_86 with 28 SMs"); }
+Capabilities Capabilities::a100() { return make(8, 0, 108, 163, 80, "NVIDIA A100"); }
+Capabilities Capabilities::rtx5090() { return make(12, 0, 170, 99, 32, "NVIDIA GeForce RTX 5090"); }
 
 SharedMemoryAction decide_dynamic_shared_memory(std::uint32_t requested, std::uint32_t static_bytes,
                                                 const Capabilities& capabilities, const std::string& what)

@@ -1,14 +1,20 @@
-#include "nbits/runtime/cuda_runtime.hpp"
+#include "runtime/internals.hpp"
 
-#include "nbits/cuda/driver.hpp"
+#include "cuda/driver.hpp"
+#include "jit/include_dirs.hpp"
 #include "nbits/error.hpp"
-#include "nbits/jit/include_dirs.hpp"
 
 #include <cublasLt.h>
 #include <fmt/format.h>
 
+#include <limits>
+
 namespace nbits {
 namespace {
+
+// The pool keeps up to this much freed scratch mapped, so that a steady
+// stream of runs does not return memory to the driver and map it again.
+constexpr std::uint64_t kPoolRetainedBytes = 256ull << 20;
 
 int attribute(CUdevice device, CUdevice_attribute which)
 {
@@ -20,9 +26,41 @@ int attribute(CUdevice device, CUdevice_attribute which)
     return value;
 }
 
+[[noreturn]] void throw_allocation_failure(CUresult result, std::size_t bytes, const Capabilities& device)
+{
+    if (result == CUDA_ERROR_OUT_OF_MEMORY) {
+        throw Error(ErrorKind::OutOfMemory,
+                    fmt::format("allocating {} bytes of device memory on {} failed: the device is out of memory. "
+                                "How to fix: free device memory, run smaller batches, or pass a workspace in "
+                                "RunOptions",
+                                bytes, device.name));
+    }
+    throw Error(ErrorKind::Driver, fmt::format("allocating {} bytes of device memory on {} failed: {}", bytes,
+                                               device.name, cuda::describe(result)));
+}
+
+CUmemoryPool create_pool(CUdevice device)
+{
+    const cuda::Driver& d = cuda::driver();
+    if (attribute(device, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) == 0) {
+        return nullptr;
+    }
+    CUmemPoolProps properties{};
+    properties.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    properties.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    properties.location.id = device;
+    CUmemoryPool pool = nullptr;
+    if (d.mem_pool_create(&pool, &properties) != CUDA_SUCCESS) {
+        return nullptr;
+    }
+    cuuint64_t retained = kPoolRetainedBytes;
+    d.mem_pool_set_attribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &retained);
+    return pool;
+}
+
 }  // namespace
 
-CudaRuntime::ScopedContext::ScopedContext(const CudaRuntime& runtime)
+CudaRuntime::Internals::ScopedContext::ScopedContext(const Internals& runtime)
 {
     const cuda::Driver& d = cuda::driver();
     CUcontext current = nullptr;
@@ -33,7 +71,7 @@ CudaRuntime::ScopedContext::ScopedContext(const CudaRuntime& runtime)
     }
 }
 
-CudaRuntime::ScopedContext::~ScopedContext()
+CudaRuntime::Internals::ScopedContext::~ScopedContext()
 {
     if (pushed_) {
         CUcontext popped = nullptr;
@@ -41,7 +79,7 @@ CudaRuntime::ScopedContext::~ScopedContext()
     }
 }
 
-CudaRuntime::CudaRuntime(const RuntimeOptions& options) : ordinal_(options.device)
+CudaRuntime::Internals::Internals(const RuntimeOptions& options) : ordinal_(options.device)
 {
     const cuda::Driver& d = cuda::driver();
     int count = 0;
@@ -62,10 +100,15 @@ CudaRuntime::CudaRuntime(const RuntimeOptions& options) : ordinal_(options.devic
     attributes.compute_major = attribute(device_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
     attributes.compute_minor = attribute(device_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
     attributes.max_threads_per_block = attribute(device_, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+    attributes.max_threads_per_multiprocessor = attribute(device_, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
     attributes.max_shared_memory_per_block = attribute(device_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
     attributes.max_shared_memory_per_block_optin =
         attribute(device_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
     attributes.multiprocessor_count = attribute(device_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    std::size_t total_memory = 0;
+    if (d.device_total_mem(&total_memory, device_) == CUDA_SUCCESS) {
+        attributes.total_memory_bytes = total_memory;
+    }
     capabilities_ = Capabilities::from(attributes);
 
     cuda::check(d.primary_ctx_retain(&context_, device_), "retaining the primary CUDA context");
@@ -73,17 +116,24 @@ CudaRuntime::CudaRuntime(const RuntimeOptions& options) : ordinal_(options.devic
         ScopedContext scope(*this);
         // Non-blocking: the legacy NULL stream cannot be captured into a CUDA graph.
         cuda::check(d.stream_create(&stream_, CU_STREAM_NON_BLOCKING), "creating the nbits CUDA stream");
+        pool_ = create_pool(device_);
+        include_dirs_ = jit::discover_include_dirs();
+        disk_cache_ = jit::open_disk_cache(options.disk_cache);
+        modules_ = std::make_unique<ModuleCache>(capabilities_.compute_major, capabilities_.compute_minor,
+                                                 include_dirs_, options.granularity, jit::as_image_store(disk_cache_));
     } catch (...) {
+        if (stream_ != nullptr) {
+            d.stream_destroy(stream_);
+        }
+        if (pool_ != nullptr) {
+            d.mem_pool_destroy(pool_);
+        }
         d.primary_ctx_release(device_);
         throw;
     }
-    include_dirs_ = jit::discover_include_dirs();
-    disk_cache_ = jit::open_disk_cache(options.disk_cache);
-    modules_ = std::make_unique<ModuleCache>(capabilities_.compute_major, capabilities_.compute_minor,
-                                             include_dirs_, options.granularity, jit::as_image_store(disk_cache_));
 }
 
-CudaRuntime::~CudaRuntime()
+CudaRuntime::Internals::~Internals()
 {
     const cuda::Driver& d = cuda::driver();
     {
@@ -94,24 +144,70 @@ CudaRuntime::~CudaRuntime()
         }
         modules_.reset();
         d.stream_destroy(stream_);
+        if (pool_ != nullptr) {
+            // Scratch released on callers' streams must be back in the pool first.
+            d.ctx_synchronize();
+            d.mem_pool_destroy(pool_);
+        }
     }
     d.primary_ctx_release(device_);
 }
 
-CUdeviceptr CudaRuntime::alloc_raw(std::size_t bytes)
+CUstream CudaRuntime::Internals::stream_for(CUstream requested) const
 {
+    if (requested == nullptr) {
+        return stream_;
+    }
+    if (requested == stream_) {
+        return requested;
+    }
+    CUcontext owner = nullptr;
+    const CUresult result = cuda::driver().stream_get_ctx(requested, &owner);
+    if (result != CUDA_SUCCESS || owner != context_) {
+        throw Error(ErrorKind::InvalidArgument,
+                    fmt::format("RunOptions::stream {} is not a stream of device {}'s primary context ({}). Why: "
+                                "nbits launches into the runtime's context, and a stream of another context cannot "
+                                "order them. How to fix: create the stream in the primary context of device {} "
+                                "(cudaSetDevice({}) then cudaStreamCreate), or pass nullptr for the runtime's stream",
+                                static_cast<const void*>(requested), ordinal_,
+                                result == CUDA_SUCCESS ? "it belongs to another context" : cuda::describe(result),
+                                ordinal_, ordinal_));
+    }
+    return requested;
+}
+
+void CudaRuntime::Internals::set_allocation_budget(std::optional<std::uint64_t> allocations)
+{
+    budget_.store(allocations ? static_cast<std::int64_t>(*allocations) : -1);
+}
+
+void CudaRuntime::Internals::take_allocation(std::size_t bytes)
+{
+    std::int64_t left = budget_.load();
+    while (left >= 0) {
+        if (left == 0) {
+            throw_allocation_failure(CUDA_ERROR_OUT_OF_MEMORY, bytes, capabilities_);
+        }
+        if (budget_.compare_exchange_weak(left, left - 1)) {
+            break;
+        }
+    }
+}
+
+CUdeviceptr CudaRuntime::Internals::allocate(std::size_t bytes)
+{
+    take_allocation(bytes);
     ScopedContext scope(*this);
     CUdeviceptr pointer = 0;
     const CUresult result = cuda::driver().mem_alloc(&pointer, bytes == 0 ? 1 : bytes);
     if (result != CUDA_SUCCESS) {
-        throw Error(ErrorKind::Driver, fmt::format("allocating {} bytes of device memory on {} failed: {}", bytes,
-                                                   capabilities_.name, cuda::describe(result)));
+        throw_allocation_failure(result, bytes, capabilities_);
     }
     allocations_.fetch_add(1);
     return pointer;
 }
 
-void CudaRuntime::free_raw(CUdeviceptr pointer)
+void CudaRuntime::Internals::release(CUdeviceptr pointer)
 {
     if (pointer == 0) {
         return;
@@ -121,63 +217,53 @@ void CudaRuntime::free_raw(CUdeviceptr pointer)
     cuda::check(cuda::driver().mem_free(pointer), "freeing device memory");
 }
 
-AllocationCounters CudaRuntime::counters() const { return {allocations_.load(), frees_.load()}; }
-
-void CudaRuntime::htod(CUdeviceptr destination, const void* source, std::size_t bytes)
+CUdeviceptr CudaRuntime::Internals::allocate_async(std::size_t bytes, CUstream stream)
 {
-    ScopedContext scope(*this);
-    cuda::check(cuda::driver().memcpy_htod(destination, source, bytes), "copying host memory to the device");
-}
-
-void CudaRuntime::dtoh(void* destination, CUdeviceptr source, std::size_t bytes)
-{
-    ScopedContext scope(*this);
-    cuda::check(cuda::driver().stream_synchronize(stream_), "waiting for the nbits stream before a device-to-host copy");
-    cuda::check(cuda::driver().memcpy_dtoh(destination, source, bytes), "copying device memory to the host");
-}
-
-void CudaRuntime::dtod(CUdeviceptr destination, CUdeviceptr source, std::size_t bytes)
-{
-    ScopedContext scope(*this);
-    cuda::check(cuda::driver().stream_synchronize(stream_), "waiting for the nbits stream before a device copy");
-    cuda::check(cuda::driver().memcpy_dtod(destination, source, bytes), "copying device memory");
-}
-
-void CudaRuntime::dtod_async(CUdeviceptr destination, CUdeviceptr source, std::size_t bytes)
-{
-    ScopedContext scope(*this);
-    cuda::check(cuda::driver().memcpy_dtod_async(destination, source, bytes, stream_),
-                "queueing a device copy on the nbits stream");
-}
-
-void CudaRuntime::memset_async(CUdeviceptr destination, std::uint8_t value, std::size_t bytes)
-{
-    ScopedContext scope(*this);
-    cuda::check(cuda::driver().memset_d8_async(destination, value, bytes, stream_),
-                "queueing a device memset on the nbits stream");
-}
-
-void CudaRuntime::synchronize()
-{
-    ScopedContext scope(*this);
-    cuda::check(cuda::driver().stream_synchronize(stream_), "synchronizing the nbits stream");
-}
-
-CUfunction CudaRuntime::function(const jit::KernelSource& source, std::string_view entry)
-{
-    ScopedContext scope(*this);
-    return modules_->function(source, entry);
-}
-
-void CudaRuntime::require_nvrtc_half_headers(std::string_view op) const
-{
-    if (include_dirs_.empty()) {
-        throw Error(ErrorKind::MissingHeaders, jit::missing_half_headers_message(std::string(op)));
+    if (pool_ == nullptr) {
+        return allocate(bytes);  // a device without memory pools: release_async waits instead
     }
+    take_allocation(bytes);
+    ScopedContext scope(*this);
+    CUdeviceptr pointer = 0;
+    const CUresult result = cuda::driver().mem_alloc_from_pool_async(&pointer, bytes == 0 ? 1 : bytes, pool_, stream);
+    if (result != CUDA_SUCCESS) {
+        throw_allocation_failure(result, bytes, capabilities_);
+    }
+    allocations_.fetch_add(1);
+    return pointer;
 }
 
-void CudaRuntime::configure_dynamic_shared_memory(CUfunction function, std::uint32_t requested, std::string_view what)
+void CudaRuntime::Internals::release_async(CUdeviceptr pointer, CUstream stream)
 {
+    if (pointer == 0) {
+        return;
+    }
+    if (pool_ == nullptr) {
+        ScopedContext scope(*this);
+        cuda::check(cuda::driver().stream_synchronize(stream), "waiting for the stream before freeing its scratch");
+        release(pointer);
+        return;
+    }
+    ScopedContext scope(*this);
+    frees_.fetch_add(1);
+    cuda::check(cuda::driver().mem_free_async(pointer, stream), "releasing scratch to the nbits pool");
+}
+
+CUfunction CudaRuntime::Internals::function(const jit::KernelSource& source, std::string_view entry,
+                                            const jit::Defines& defines)
+{
+    ScopedContext scope(*this);
+    return modules_->function(source, entry, defines);
+}
+
+void CudaRuntime::Internals::configure_dynamic_shared_memory(CUfunction function, std::uint32_t requested,
+                                                             std::string_view what)
+{
+    std::lock_guard<std::mutex> lock(shared_memory_mutex_);
+    const auto raised = raised_shared_memory_.find(function);
+    if (raised != raised_shared_memory_.end() && raised->second >= requested) {
+        return;
+    }
     ScopedContext scope(*this);
     int static_bytes = 0;
     cuda::check(cuda::driver().func_get_attribute(&static_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function),
@@ -188,15 +274,17 @@ void CudaRuntime::configure_dynamic_shared_memory(CUfunction function, std::uint
         cuda::check(cuda::driver().func_set_attribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                       static_cast<int>(requested)),
                     fmt::format("raising the dynamic shared memory limit of {} to {} bytes", what, requested));
+        raised_shared_memory_[function] = requested;
     }
 }
 
-void CudaRuntime::launch(CUfunction function, const LaunchConfig& config, KernelArgs& args, std::string_view what)
+void CudaRuntime::Internals::launch(CUfunction function, const LaunchConfig& config, KernelArgs& args,
+                                    CUstream stream, std::string_view what)
 {
     ScopedContext scope(*this);
     const CUresult result = cuda::driver().launch_kernel(
         function, config.grid.x, config.grid.y, config.grid.z, config.block.x, config.block.y, config.block.z,
-        config.dynamic_shared_bytes, stream_, args.pointers(), nullptr);
+        config.dynamic_shared_bytes, stream, args.pointers(), nullptr);
     if (result != CUDA_SUCCESS) {
         throw Error(ErrorKind::Driver,
                     fmt::format("launch {} (grid {}x{}x{}, block {}x{}x{}, {} bytes dynamic shared memory) failed: {}",
@@ -205,7 +293,7 @@ void CudaRuntime::launch(CUfunction function, const LaunchConfig& config, Kernel
     }
 }
 
-cublasLtContext* CudaRuntime::blas()
+cublasLtContext* CudaRuntime::Internals::blas()
 {
     std::lock_guard<std::mutex> lock(blas_mutex_);
     if (blas_ == nullptr) {
@@ -218,6 +306,59 @@ cublasLtContext* CudaRuntime::blas()
         }
     }
     return blas_;
+}
+
+CudaRuntime::CudaRuntime(const RuntimeOptions& options) : internals_(std::make_unique<Internals>(options)) {}
+
+CudaRuntime::~CudaRuntime() = default;
+
+int CudaRuntime::device() const { return internals_->ordinal(); }
+CUcontext CudaRuntime::context() const { return internals_->context(); }
+CUstream CudaRuntime::stream() const { return internals_->stream(); }
+const Capabilities& CudaRuntime::capabilities() const { return internals_->capabilities(); }
+
+CUdeviceptr CudaRuntime::alloc_raw(std::size_t bytes) { return internals_->allocate(bytes); }
+void CudaRuntime::free_raw(CUdeviceptr pointer) { internals_->release(pointer); }
+AllocationCounters CudaRuntime::counters() const { return internals_->counters(); }
+
+void CudaRuntime::htod(CUdeviceptr destination, const void* source, std::size_t bytes)
+{
+    Internals::ScopedContext scope(*internals_);
+    cuda::check(cuda::driver().memcpy_htod(destination, source, bytes), "copying host memory to the device");
+}
+
+void CudaRuntime::dtoh(void* destination, CUdeviceptr source, std::size_t bytes)
+{
+    Internals::ScopedContext scope(*internals_);
+    cuda::check(cuda::driver().stream_synchronize(stream()), "waiting for the nbits stream before a device-to-host copy");
+    cuda::check(cuda::driver().memcpy_dtoh(destination, source, bytes), "copying device memory to the host");
+}
+
+void CudaRuntime::dtod(CUdeviceptr destination, CUdeviceptr source, std::size_t bytes)
+{
+    Internals::ScopedContext scope(*internals_);
+    cuda::check(cuda::driver().stream_synchronize(stream()), "waiting for the nbits stream before a device copy");
+    cuda::check(cuda::driver().memcpy_dtod(destination, source, bytes), "copying device memory");
+}
+
+void CudaRuntime::dtod_async(CUdeviceptr destination, CUdeviceptr source, std::size_t bytes)
+{
+    Internals::ScopedContext scope(*internals_);
+    cuda::check(cuda::driver().memcpy_dtod_async(destination, source, bytes, stream()),
+                "queueing a device copy on the nbits stream");
+}
+
+void CudaRuntime::memset_async(CUdeviceptr destination, std::uint8_t value, std::size_t bytes)
+{
+    Internals::ScopedContext scope(*internals_);
+    cuda::check(cuda::driver().memset_d8_async(destination, value, bytes, stream()),
+                "queueing a device memset on the nbits stream");
+}
+
+void CudaRuntime::synchronize()
+{
+    Internals::ScopedContext scope(*internals_);
+    cuda::check(cuda::driver().stream_synchronize(stream()), "synchronizing the nbits stream");
 }
 
 DeviceBuffer::DeviceBuffer(CudaRuntime& runtime, std::size_t bytes)

@@ -1,34 +1,19 @@
-#include "nbits/runtime/module_cache.hpp"
+#include "runtime/module_cache.hpp"
 
-#include "nbits/cuda/driver.hpp"
+#include "cuda/driver.hpp"
 #include "nbits/error.hpp"
 
 #include <fmt/format.h>
 
 namespace nbits {
 
-const char* to_string(CompileGranularity granularity)
-{
-    return granularity == CompileGranularity::Entry ? "entry" : "source";
-}
-
-std::optional<CompileGranularity> parse_granularity(std::string_view text)
-{
-    if (text == "entry") {
-        return CompileGranularity::Entry;
-    }
-    if (text == "source") {
-        return CompileGranularity::Source;
-    }
-    return std::nullopt;
-}
-
 jit::CompileRequest module_request(const jit::KernelSource& source, std::string_view entry,
-                                   CompileGranularity granularity, const jit::Target& target,
-                                   std::vector<std::string> include_dirs)
+                                   const jit::Defines& defines, CompileGranularity granularity,
+                                   const jit::Target& target, std::vector<std::string> include_dirs)
 {
     jit::CompileRequest request;
     request.source = &source;
+    request.defines = defines;
     if (granularity == CompileGranularity::Entry) {
         request.entries.emplace_back(entry);
     }
@@ -70,18 +55,22 @@ ModuleCacheStats ModuleCache::stats() const
     return stats_;
 }
 
-CUfunction ModuleCache::function(const jit::KernelSource& source, std::string_view entry)
+CUfunction ModuleCache::function(const jit::KernelSource& source, std::string_view entry, const jit::Defines& defines)
 {
+    std::string specialisation;
+    for (const std::string& define : defines) {
+        specialisation.append(" -D").append(define);
+    }
     std::string function_key;
-    function_key.reserve(source.digest().size() + entry.size() + 1);
+    function_key.reserve(source.digest().size() + entry.size() + specialisation.size() + 1);
     function_key.append(source.digest()).push_back('/');
-    function_key.append(entry);
+    function_key.append(entry).append(specialisation);
 
     std::shared_future<std::shared_ptr<Module>> pending;
     std::promise<std::shared_ptr<Module>> promise;
     bool owner = false;
     const std::string module_key =
-        granularity_ == CompileGranularity::Entry ? function_key : source.digest() + "/*";
+        granularity_ == CompileGranularity::Entry ? function_key : source.digest() + "/*" + specialisation;
     {
         std::lock_guard<std::mutex> lock(mutex_);
         ++stats_.lookups;
@@ -99,7 +88,7 @@ CUfunction ModuleCache::function(const jit::KernelSource& source, std::string_vi
     }
     if (owner) {
         try {
-            promise.set_value(load_module(source, entry));
+            promise.set_value(load_module(source, entry, defines));
         } catch (...) {
             {
                 // Forget the failure so that a later call tries again.
@@ -149,14 +138,15 @@ CUmodule ModuleCache::load_image(const jit::CompileRequest& request, bool& unsup
                             request.target.str(), cuda::describe(result)));
 }
 
-std::shared_ptr<ModuleCache::Module> ModuleCache::load_module(const jit::KernelSource& source, std::string_view entry)
+std::shared_ptr<ModuleCache::Module> ModuleCache::load_module(const jit::KernelSource& source, std::string_view entry,
+                                                              const jit::Defines& defines)
 {
     if (!source.has_entry(entry)) {
         throw Error(ErrorKind::InvalidArgument,
                     fmt::format("{}.cu declares no kernel entry '{}'", source.name(), entry));
     }
     jit::CompileRequest request =
-        module_request(source, entry, granularity_, jit::Target::cubin(major_, minor_), include_dirs_);
+        module_request(source, entry, defines, granularity_, jit::Target::cubin(major_, minor_), include_dirs_);
     auto module = std::make_shared<Module>();
 
     // A CUBIN for exactly this GPU, when the cache holds one (nbits-prewarm

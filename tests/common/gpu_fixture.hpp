@@ -1,6 +1,6 @@
 #pragma once
 
-#include "nbits/runtime/cuda_runtime.hpp"
+#include "nbits/runtime.hpp"
 
 #include <cstring>
 #include <memory>

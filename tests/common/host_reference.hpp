@@ -4,7 +4,7 @@
 // the packed layouts the kernels read, and the float64 oracle
 // Y = A · dequant(B)ᵀ (+ bias).
 
-#include "nbits/ops/tensor.hpp"
+#include "nbits/tensor.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -7,8 +7,10 @@
 
 #include "gpu_fixture.hpp"
 #include "host_reference.hpp"
-#include "nbits/jit/kernel_source.hpp"
-#include "nbits/ops/matmul_nbits.hpp"
+#include "jit/kernel_source.hpp"
+#include "nbits/matmul_nbits.hpp"
+#include "ops/testing.hpp"
+#include "runtime/kernel_args.hpp"
 
 #include <cuda.h>
 
@@ -91,10 +93,17 @@ struct RunOutcome {
     std::vector<std::uint8_t> bytes;  // the whole output buffer after the run
 };
 
+// How a test runs an operator: the run options, and optionally other kernel
+// sources (the original kernels) through the same plan.
+struct TestRun {
+    RunOptions options;
+    ops::detail::KernelSourceOverride sources;
+};
+
 // Poisons `output`, runs the operator, downloads the output, and checks that
 // the run left no device allocation behind.
 RunOutcome run_into(ops::MatMulNBits& op, const std::vector<Tensor>& inputs, DeviceOutput& output,
-                    const ops::RunOptions& options = {});
+                    const TestRun& how = {});
 
 // Expects the run to throw Error mentioning `message` ("" accepts any), to
 // leave no allocation behind and to launch nothing into the poisoned output.
@@ -141,9 +150,9 @@ namespace reference {
 // with the new signature. nullptr when there is none.
 const jit::KernelSource* original_source_of(std::string_view entry);
 
-// Run options that swap every kernel step for the original entry of the same
+// A run that swaps every kernel step for the original entry of the same
 // name; `overridden` collects the entries that were swapped.
-ops::RunOptions original_kernels(std::set<std::string>& overridden);
+TestRun original_kernels(std::set<std::string>& overridden);
 
 // The original staged down projection, compiled appended to gemv_f16.cu:
 // grid ceil(N/8), 256 threads, K*2 bytes of dynamic shared memory.
@@ -226,7 +235,7 @@ public:
     ops::MatMulNBits& op() { return *op_; }
     const std::vector<Tensor>& inputs() const { return inputs_.tensors(); }
     DeviceOutput& output() { return output_; }
-    RunOutcome run(const ops::RunOptions& options = {}) { return run_into(*op_, inputs(), output_, options); }
+    RunOutcome run(const TestRun& how = {}) { return run_into(*op_, inputs(), output_, how); }
 
 private:
     ScopedEnv down_columns_;

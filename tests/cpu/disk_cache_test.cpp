@@ -1,7 +1,7 @@
 #include "cache_test_support.hpp"
 #include "jit/cache_file_format.hpp"
 #include "nbits/error.hpp"
-#include "nbits/jit/disk_cache.hpp"
+#include "jit/disk_cache.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,11 +1,11 @@
 #include "nbits/error.hpp"
-#include "nbits/jit/compile.hpp"
-#include "nbits/jit/image_store.hpp"
-#include "nbits/jit/include_dirs.hpp"
-#include "nbits/jit/kernel_source.hpp"
-#include "nbits/jit/sha256.hpp"
-#include "nbits/jit/target.hpp"
-#include "nbits/kernels.hpp"
+#include "jit/compile.hpp"
+#include "jit/image_store.hpp"
+#include "jit/include_dirs.hpp"
+#include "jit/kernel_source.hpp"
+#include "jit/sha256.hpp"
+#include "jit/target.hpp"
+#include "kernels.hpp"
 
 #include <doctest/doctest.h>
 
@@ -131,9 +131,16 @@ TEST_CASE("every kernels_cu entry sits alone behind its per-entry compile guard"
         for (const std::string& entry : source.entries()) {
             CAPTURE(source.name());
             CAPTURE(entry);
-            const std::string guarded =
-                "#if NBITS_ALL_ENTRIES || NBITS_ENTRY_" + entry + "\nextern \"C\" __global__ void " + entry + "(";
-            CHECK(source.text().find(guarded) != std::string::npos);
+            // The guard line, then the declaration (with or without __launch_bounds__).
+            const std::string guard = "#if NBITS_ALL_ENTRIES || NBITS_ENTRY_" + entry + "\n";
+            const std::size_t at = source.text().find(guard);
+            REQUIRE(at != std::string::npos);
+            const std::size_t begin = at + guard.size();
+            const std::size_t open = source.text().find('(', source.text().find(entry, begin));
+            const std::string declaration = source.text().substr(begin, open - begin);
+            CHECK(declaration.rfind("extern \"C\" __global__ void ", 0) == 0);
+            CHECK(declaration.size() >= entry.size());
+            CHECK(declaration.compare(declaration.size() - entry.size(), entry.size(), entry) == 0);
         }
     }
 }

@@ -3,8 +3,8 @@
 // passes for each entry.
 
 #include "matmul_nbits_fixtures.hpp"
-#include "nbits/kernels.hpp"
-#include "ops/entries.hpp"
+#include "kernels.hpp"
+#include "ops/plan_internal.hpp"
 
 #include <map>
 #include <set>
@@ -122,25 +122,117 @@ TEST_CASE("every planned launch passes its entry's parameter list, as declared i
             covered.insert(step->entry);
         }
     }
-    std::set<std::string> planned;
-    for (const std::string_view entry : detail::planned_entries()) {
-        planned.insert(std::string(entry));
-    }
-    for (const std::string& entry : planned) {
-        CAPTURE(entry);
-        CHECK(covered.count(entry) == 1);
-    }
+    // The 32 entries of the original plus SiluMul: every one is reached.
+    CHECK(covered.size() == 33);
 }
 
-TEST_CASE("the entry table names the kernels_cu file that declares each entry")
+TEST_CASE("a step binds arguments by the parameter names of its entry's declaration")
 {
-    const std::vector<std::string_view> entries = detail::planned_entries();
-    CHECK(entries.size() == 33);
-    for (const std::string_view entry : entries) {
-        CAPTURE(entry);
-        CHECK(kernels::source_of_entry(entry).name() == detail::source_of_entry(entry));
-    }
-    CHECK_THROWS_AS(detail::source_of_entry("matmul_nbits_no_such_entry"), Error);
+    const MatMulNBitsConfig config = MatMulNBitsConfig::from_attributes(node(4096, 4096));
+    const std::vector<TensorDesc> inputs = {{DataType::Float16, {1, 4096}, {}, true},
+                                            {DataType::Uint8, {4096, 128, 16}, {}, true},
+                                            {DataType::Float16, {4096, 128}, {}, true}};
+    const std::vector<TensorDesc> outputs = {{DataType::Float16, {1, 4096}, {}, true}};
+    PlanContext context;
+    context.capabilities = Capabilities::h200();
+    const detail::PlanRequest request{config, inputs, outputs, context};
+    auto silu = [] {
+        detail::StepBuilder step("matmul_nbits_silu_mul_f16", "SiluMul");
+        step.arg("a", BufferRef::input(0)).arg("b", BufferRef::input(0)).arg("y", BufferRef::output(0));
+        return step;
+    };
+    LaunchPlan plan;
+    // Bound out of order, laid out in the declaration's order.
+    detail::StepBuilder ordered("matmul_nbits_silu_mul_f16", "SiluMul");
+    ordered.arg("n", std::int32_t{8})
+        .arg("y", BufferRef::output(0))
+        .arg("b", BufferRef::input(0))
+        .arg("a", BufferRef::input(0))
+        .block(256)
+        .add_to(plan, request);
+    CHECK(test::kernel_step(plan, 0).args ==
+          std::vector<KernelArg>{BufferRef::input(0), BufferRef::input(0), BufferRef::output(0), std::int32_t{8}});
+
+    auto internal_error = [&](detail::StepBuilder step, const std::string& message) {
+        LaunchPlan unused;
+        try {
+            step.block(256).add_to(unused, request);
+            FAIL("no error");
+        } catch (const Error& error) {
+            CHECK(error.kind() == ErrorKind::Internal);
+            CHECK_MESSAGE(std::string(error.what()).find(message) != std::string::npos, error.what());
+        }
+    };
+    internal_error(silu(), "parameter 'n' of matmul_nbits_silu_mul_f16 is not bound");
+    CHECK_THROWS_WITH_AS(silu().arg("count", std::int32_t{1}),
+                         doctest::Contains("matmul_nbits_silu_mul_f16 declares no parameter 'count'"), Error);
+    CHECK_THROWS_WITH_AS(silu().arg("a", BufferRef::input(1)),
+                         doctest::Contains("parameter 'a' of matmul_nbits_silu_mul_f16 is bound twice"), Error);
+    CHECK_THROWS_WITH_AS(silu().arg("n", 1.0f),
+                         doctest::Contains("parameter 'n' of matmul_nbits_silu_mul_f16 is declared an int but bound "
+                                           "to a float"),
+                         Error);
+    CHECK_THROWS_WITH_AS(detail::StepBuilder("matmul_nbits_no_such_entry", "x"),
+                         doctest::Contains("no embedded kernel source declares entry 'matmul_nbits_no_such_entry'"),
+                         Error);
+}
+
+TEST_CASE("a step the device cannot launch is refused when it is planned")
+{
+    const MatMulNBitsConfig config = MatMulNBitsConfig::from_attributes(node(4096, 4096));
+    const std::vector<TensorDesc> inputs = {{DataType::Float16, {1, 4096}, {}, true}};
+    const std::vector<TensorDesc> outputs = {{DataType::Float16, {1, 4096}, {}, true}};
+    PlanContext context;
+    context.capabilities = Capabilities::h200();
+    context.capabilities.max_threads_per_block = 128;
+    const detail::PlanRequest request{config, inputs, outputs, context};
+    auto silu = [] {
+        detail::StepBuilder step("matmul_nbits_silu_mul_f16", "SiluMul");
+        step.arg("a", BufferRef::input(0)).arg("b", BufferRef::input(0)).arg("y", BufferRef::output(0));
+        step.arg("n", std::int32_t{8});
+        return step;
+    };
+    LaunchPlan plan;
+    CHECK_THROWS_WITH_AS(silu().block(256).add_to(plan, request),
+                         doctest::Contains("SiluMul needs 256 threads per block, but NVIDIA H200 allows at most 128"),
+                         Error);
+    CHECK_THROWS_WITH_AS(silu().block(128).grid(1, 65536).add_to(plan, request),
+                         doctest::Contains("outside CUDA's launch limits"), Error);
+    CHECK_THROWS_WITH_AS(silu().block(128).shared_memory(228 * 1024, true).add_to(plan, request),
+                         doctest::Contains("needs 233472 bytes of dynamic shared memory, but NVIDIA H200 allows at "
+                                           "most 232448"),
+                         Error);
+    CHECK(plan.steps.empty());
+}
+
+TEST_CASE("kernel declarations carry their parameters and alignment comments")
+{
+    const jit::KernelEntry* down = kernels::source("gemv_f16").entry("matmul_nbits_gemv_f16_scales_f16_down");
+    REQUIRE(down != nullptr);
+    REQUIRE(down->parameters.size() == 14);
+    CHECK(down->parameters[0].name == "activation");
+    CHECK(down->parameters[0].kind == jit::KernelParameter::Kind::Pointer);
+    CHECK(down->parameters[0].align == 16);
+    CHECK(down->parameters[6].name == "k");
+    CHECK(down->parameters[6].kind == jit::KernelParameter::Kind::Int32);
+    const jit::KernelEntry* general = kernels::source("gemv_f16").entry("matmul_nbits_gemv_f16_general_bs");
+    REQUIRE(general != nullptr);
+    CHECK(general->parameters[1].align == 4);
+    CHECK(general->parameters[1].align_when == "int4");
+
+    const std::vector<jit::KernelEntry> parsed = jit::declared_entries(
+        "extern \"C\" __global__ void __launch_bounds__(256) f(const float* x,  // align 16 when K%8==0\n"
+        "    /* (a comment with parentheses) */ int n, float e)\n{}\n"
+        "extern \"C\" __global__ void g(void* p) {}\n");
+    REQUIRE(parsed.size() == 2);
+    CHECK(parsed[0].name == "f");
+    REQUIRE(parsed[0].parameters.size() == 3);
+    CHECK(parsed[0].parameters[0].align == 16);
+    CHECK(parsed[0].parameters[0].align_when == "K%8==0");
+    CHECK(parsed[0].parameters[1].name == "n");
+    CHECK(parsed[0].parameters[1].align == 1);
+    CHECK(parsed[0].parameters[2].kind == jit::KernelParameter::Kind::Float32);
+    CHECK(parsed[1].parameters.size() == 1);
 }
 
 TEST_CASE("the general-block-size fp16 GEMV takes the trailing bits, the tuned block-32 ones do not")

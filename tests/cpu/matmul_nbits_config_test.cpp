@@ -38,7 +38,7 @@ TEST_CASE("attributes default to 4 bits, accuracy level 0 and no optimizer marke
     CHECK(config.k_blocks() == 128);
     CHECK(config.blob_size() == 16);
     CHECK(config.zp_row_bytes() == 64);
-    CHECK(config.workspace_bytes() == 0);
+    CHECK(config.accuracy4_workspace_bytes() == 0);
 }
 
 TEST_CASE("the optimizer markers count only as the integer 1 and epsilon only as a float")
@@ -72,9 +72,9 @@ TEST_CASE("the accuracy-level-4 workspace holds padded K int8 values and one fp3
     const MatMulNBitsConfig config = MatMulNBitsConfig::from_attributes(node(4001, 64, 4, 32, 4));
     CHECK(config.k_blocks() == 126);
     CHECK(config.padded_k() == 4032);
-    CHECK(config.workspace_bytes() == 4032 + 126 * 4);
-    CHECK(MatMulNBitsConfig::from_attributes(node(4001, 64, 8, 32, 4)).workspace_bytes() == 0);
-    CHECK(MatMulNBitsConfig::from_attributes(node(4001, 64, 4, 32, 0)).workspace_bytes() == 0);
+    CHECK(config.accuracy4_workspace_bytes() == 4032 + 126 * 4);
+    CHECK(MatMulNBitsConfig::from_attributes(node(4001, 64, 8, 32, 4)).accuracy4_workspace_bytes() == 0);
+    CHECK(MatMulNBitsConfig::from_attributes(node(4001, 64, 4, 32, 0)).accuracy4_workspace_bytes() == 0);
 }
 
 TEST_CASE("attribute errors carry the original's messages")

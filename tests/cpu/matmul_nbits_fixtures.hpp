@@ -4,7 +4,7 @@
 // descriptors of a well-formed node, and the plan for an injected device.
 
 #include "nbits/error.hpp"
-#include "nbits/ops/matmul_nbits.hpp"
+#include "nbits/matmul_nbits.hpp"
 
 #include <doctest/doctest.h>
 

@@ -2,9 +2,8 @@
 // grid-fill rules exist for.
 
 #include "matmul_nbits_fixtures.hpp"
-#include "nbits/kernels.hpp"
-#include "ops/entries.hpp"
-#include "ops/selection.hpp"
+#include "kernels.hpp"
+#include "ops/plan_internal.hpp"
 
 using namespace nbits;
 using namespace nbits::ops;
@@ -67,15 +66,15 @@ TEST_CASE("fp16 GEMV variant selection is structural, not keyed on a model's dim
 TEST_CASE("down columns fill the device and never undersplit")
 {
     // Wide: the 8-column grid already meets the ~2-wave target.
-    CHECK(select_down_columns(65536, 132) == DownColumns{8, entry::gemv_f16_down});
+    CHECK(select_down_columns(65536, 132) == DownColumns{8, "matmul_nbits_gemv_f16_scales_f16_down"});
     // Mid-width: 8 columns underfill, 4 columns meet it.
-    CHECK(select_down_columns(8192, 132) == DownColumns{4, entry::gemv_f16_down_c4});
+    CHECK(select_down_columns(8192, 132) == DownColumns{4, "matmul_nbits_gemv_f16_scales_f16_down_c4"});
     // Grid-starved (Qwen2.5-7B down, N = 3584, on 132 SMs): 2 columns per CTA.
-    CHECK(select_down_columns(3584, 132) == DownColumns{2, entry::gemv_f16_down_c2});
+    CHECK(select_down_columns(3584, 132) == DownColumns{2, "matmul_nbits_gemv_f16_scales_f16_down_c2"});
     // Never below 2 columns: 1-column launches re-read the activation 8x.
     CHECK(select_down_columns(64, 132).columns == 2);
     // A degenerate device (0 SMs reads as 1) keeps the cheapest launch.
-    CHECK(select_down_columns(3584, 0) == DownColumns{8, entry::gemv_f16_down});
+    CHECK(select_down_columns(3584, 0) == DownColumns{8, "matmul_nbits_gemv_f16_scales_f16_down"});
 }
 
 TEST_CASE("down projection splits to two columns per CTA on a grid-starved H200")
@@ -84,7 +83,7 @@ TEST_CASE("down projection splits to two columns per CTA on a grid-starved H200"
     const LaunchPlan plan = p.plan();
     CHECK(plan.variant == "gemv_f16_down_projection");
     const KernelStep& step = test::kernel_step(plan, 0);
-    CHECK(step.entry == entry::gemv_f16_down_c2);
+    CHECK(step.entry == "matmul_nbits_gemv_f16_scales_f16_down_c2");
     CHECK(step.config.grid == Dim3{1792, 1, 1});
     CHECK(step.config.block == Dim3{256, 1, 1});
 }
@@ -92,10 +91,10 @@ TEST_CASE("down projection splits to two columns per CTA on a grid-starved H200"
 TEST_CASE("the same down projection takes 4 columns on a 46-SM sm_89 and 8 on a 28-SM sm_86")
 {
     const LaunchPlan sm89 = test::problem(test::node(18944, 3584), {}, Capabilities::sm89_46()).plan();
-    CHECK(test::kernel_step(sm89, 0).entry == entry::gemv_f16_down_c4);
+    CHECK(test::kernel_step(sm89, 0).entry == "matmul_nbits_gemv_f16_scales_f16_down_c4");
     CHECK(test::kernel_step(sm89, 0).config.grid.x == 896);
     const LaunchPlan sm86 = test::problem(test::node(18944, 3584), {}, Capabilities::sm86_28()).plan();
-    CHECK(test::kernel_step(sm86, 0).entry == entry::gemv_f16_down);
+    CHECK(test::kernel_step(sm86, 0).entry == "matmul_nbits_gemv_f16_scales_f16_down");
     CHECK(test::kernel_step(sm86, 0).config.grid.x == 448);
 }
 
@@ -103,15 +102,15 @@ TEST_CASE("ONNX_GENAI_DOWN_COLS forces the down columns through PlanOverrides, o
 {
     test::Problem p = test::problem(test::node(18944, 3584));
     p.context.overrides = PlanOverrides::parse(std::string("8"), std::nullopt);
-    CHECK(test::kernel_step(p.plan(), 0).entry == entry::gemv_f16_down);
+    CHECK(test::kernel_step(p.plan(), 0).entry == "matmul_nbits_gemv_f16_scales_f16_down");
     CHECK(test::kernel_step(p.plan(), 0).config.grid.x == 448);
     p.context.overrides = PlanOverrides::parse(std::string("4"), std::nullopt);
-    CHECK(test::kernel_step(p.plan(), 0).entry == entry::gemv_f16_down_c4);
+    CHECK(test::kernel_step(p.plan(), 0).entry == "matmul_nbits_gemv_f16_scales_f16_down_c4");
     p.context.overrides = PlanOverrides::parse(std::string("1"), std::nullopt);
-    CHECK(test::kernel_step(p.plan(), 0).entry == entry::gemv_f16_down_c2);
+    CHECK(test::kernel_step(p.plan(), 0).entry == "matmul_nbits_gemv_f16_scales_f16_down_c2");
     // A forced value the original would never produce is ignored, too.
     p.context.overrides.down_columns = 3;
-    CHECK(test::kernel_step(p.plan(), 0).entry == entry::gemv_f16_down_c2);
+    CHECK(test::kernel_step(p.plan(), 0).entry == "matmul_nbits_gemv_f16_scales_f16_down_c2");
 }
 
 TEST_CASE("accuracy-4 GEMV warps halve until the grid reaches 12 CTAs per SM")
@@ -144,17 +143,35 @@ TEST_CASE("ONNX_GENAI_ACC4_WARPS forces the accuracy-4 warps through PlanOverrid
     CHECK(test::kernel_step(p.plan(), 1).config.block.x == 64);
 }
 
-TEST_CASE("accuracy-4 stage64 is limited to sub-wave block-32 grids")
+TEST_CASE("accuracy-4 stage64 is limited to sub-wave block-32 grids of the device's resident warps")
 {
-    CHECK(use_accuracy4_stage64(4608, 132, 9, 0, 64 * 1024));
-    CHECK_FALSE(use_accuracy4_stage64(4608, 46, 8, 9, 48 * 1024));
-    CHECK_FALSE(use_accuracy4_stage64(4608, 28, 8, 6, 48 * 1024));
-    CHECK_FALSE(use_accuracy4_stage64(4608, 132, 9, 0, 1024));
-    CHECK_FALSE(use_accuracy4_stage64(65536, 132, 9, 0, 64 * 1024));
-    // sm_80 counts as a 64-warp datacenter part, sm_86/sm_89 as 48-warp parts.
-    CHECK(use_accuracy4_stage64(4608, 108, 8, 0, 163 * 1024));
-    CHECK_FALSE(use_accuracy4_stage64(4608, 72, 8, 6, 99 * 1024));
-    CHECK(use_accuracy4_stage64(4608, 97, 8, 6, 99 * 1024));
+    auto device = [](int major, int minor, std::uint32_t sms, std::uint32_t optin) {
+        DeviceAttributes attributes;
+        attributes.compute_major = major;
+        attributes.compute_minor = minor;
+        attributes.multiprocessor_count = static_cast<int>(sms);
+        attributes.max_shared_memory_per_block_optin = static_cast<int>(optin);
+        return Capabilities::from(attributes);
+    };
+    CHECK(use_accuracy4_stage64(4608, device(9, 0, 132, 64 * 1024)));
+    CHECK_FALSE(use_accuracy4_stage64(4608, device(8, 9, 46, 48 * 1024)));
+    CHECK_FALSE(use_accuracy4_stage64(4608, device(8, 6, 28, 48 * 1024)));
+    CHECK_FALSE(use_accuracy4_stage64(65536, device(9, 0, 132, 64 * 1024)));
+    // sm_80 has 64 resident warps per SM, sm_86/sm_89 48: the original's datacenter rule.
+    CHECK(use_accuracy4_stage64(4608, device(8, 0, 108, 163 * 1024)));
+    CHECK_FALSE(use_accuracy4_stage64(4608, device(8, 6, 72, 99 * 1024)));
+    CHECK(use_accuracy4_stage64(4608, device(8, 6, 97, 99 * 1024)));
+    // sm_120 class parts have 48 resident warps, not the 64 of sm_90: 576 CTAs
+    // is one wave on 96 of them (6 CTAs each), below one on 97.
+    CHECK_FALSE(use_accuracy4_stage64(4608, device(12, 0, 96, 99 * 1024)));
+    CHECK(use_accuracy4_stage64(4608, device(12, 0, 97, 99 * 1024)));
+    CHECK(Capabilities::rtx5090().resident_warps_per_multiprocessor() == 48);
+    CHECK(Capabilities::h200().resident_warps_per_multiprocessor() == 64);
+    // The driver's own figure wins over the compute-capability default.
+    DeviceAttributes reported;
+    reported.compute_major = 9;
+    reported.max_threads_per_multiprocessor = 1024;
+    CHECK(Capabilities::from(reported).resident_warps_per_multiprocessor() == 32);
 }
 
 TEST_CASE("fp16 GEMVs use 64 threads only when both N and K are at most 1152")

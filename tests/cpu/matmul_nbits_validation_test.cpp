@@ -2,7 +2,7 @@
 // nbits adds where the original relied on its graph optimizer.
 
 #include "matmul_nbits_fixtures.hpp"
-#include "nbits/jit/include_dirs.hpp"
+#include "jit/include_dirs.hpp"
 
 #include <fmt/format.h>
 
@@ -319,13 +319,17 @@ TEST_CASE("the fused RMS-norm decode GEMVs require fp16 scales")
 TEST_CASE("scalars that do not fit in 32 bits are refused before any launch")
 {
     const std::size_t k = std::size_t{1} << 31;
-    Problem p = problem(node(static_cast<std::int64_t>(k), 1), f32());
-    CHECK(error_message(p) == prefixed("K=2147483648 exceeds i32"));
+    // K and N are node attributes: refused when the node is built.
+    CHECK_THROWS_WITH_AS(MatMulNBitsConfig::from_attributes(node(static_cast<std::int64_t>(k), 1)),
+                         prefixed("attribute 'K' must be in 1..2147483647, got 2147483648. Why: the kernels index K "
+                                  "and N with 32-bit integers")
+                             .c_str(),
+                         Error);
+    CHECK_THROWS_WITH_AS(MatMulNBitsConfig::from_attributes(node(64, static_cast<std::int64_t>(k))),
+                         doctest::Contains("attribute 'N' must be in 1..2147483647"), Error);
+    Problem p = problem(node(64, 8), f16(k));
+    CHECK(error_message(p) == prefixed("M=2147483648 exceeds the 32-bit int range of the kernel arguments"));
     CHECK(error_kind(p) == ErrorKind::Unsupported);
-    p = problem(node(64, static_cast<std::int64_t>(k)), f16());
-    CHECK(error_message(p) == prefixed("N=2147483648 exceeds i32"));
-    p = problem(node(64, 8), f16(k));
-    CHECK(error_message(p) == prefixed("M=2147483648 exceeds i32"));
 }
 
 TEST_CASE("fp16 kernels need cuda_fp16.h: the plan names the op where the original checks")
@@ -397,8 +401,8 @@ TEST_CASE("gate/up: dtypes, gamma, shapes, layout and paired zero points, in the
     p = problem(gate_up(node(128, 64, 4, 64)), f16());
     CHECK(error_message(p) ==
           prefixed("gate/up SwiGLU fusion received bits=4 and block_size=64. Why: the fused fp16 path implements "
-                   "the block-32 packed int4 layout. How to fix: export 4-bit MatMulNBits weights with block_size=32 "
-                   "or disable this fusion"));
+                   "the block-32 packed int4 layout. How to fix: export 4-bit MatMulNBits weights with block_size=32, "
+                   "use KernelPolicy::Fastest, or disable this fusion"));
     p = paired();
     p.inputs[1].shape = {64, 4, 32};
     CHECK(error_message(p) == prefixed("W_gate must have shape [64, 4, 16], got [64, 4, 32]"));
@@ -457,8 +461,9 @@ TEST_CASE("the RMS-norm prologue requires K to be a multiple of 128 on every pat
     const std::string message = prefixed(
         "rmsnorm_prologue fusion requires K to be a multiple of 128, got K=96. Why: the fused RMS normalization "
         "reduces each row of A in 128-element chunks (32 lanes x half4) and has no tail, so the last 96 elements of "
-        "every row would be left out of the norm. How to fix: fuse only hidden sizes that are multiples of 128, or "
-        "run SkipSimplifiedLayerNormalization as its own node");
+        "every row would be left out of the norm. How to fix: fuse only hidden sizes that are multiples of 128, "
+        "run SkipSimplifiedLayerNormalization as its own node, or use KernelPolicy::Fastest, whose kernels have no "
+        "such limit");
     test::Shapes shapes = f16();
     shapes.gamma = DataType::Float16;
     for (const std::size_t m : {std::size_t{1}, std::size_t{4}}) {
@@ -478,9 +483,9 @@ TEST_CASE("the fused RMS-norm decode requires block size 32")
     CHECK(error_message(problem(rms(node(128, 64, 4, 64)), shapes)) ==
           prefixed("rmsnorm_prologue fusion at M=1 requires block_size=32, got bits=4 and block_size=64. Why: the "
                    "fused RMS-norm decode GEMVs implement only the block-32 int4 and int8 layouts of B, and would "
-                   "misread this one. How to fix: export B with block_size=32, or keep "
+                   "misread this one. How to fix: export B with block_size=32, keep "
                    "SkipSimplifiedLayerNormalization as its own node (drop the _cuda_matmul_nbits_rmsnorm_prologue "
-                   "marker)"));
+                   "marker), or use KernelPolicy::Fastest"));
     CHECK(error_message(problem(rms(node(128, 64, 8, 128)), shapes)).find("got bits=8 and block_size=128") !=
           std::string::npos);
     // Prefill's tiled GEMM handles any block size after the standalone norm.

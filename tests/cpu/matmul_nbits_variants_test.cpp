@@ -111,22 +111,23 @@ std::vector<VariantCase> variant_cases()
          "gemv_f32_general_bs_int4", true, {{"matmul_nbits_gemv_f32", {1024}, {256}}}},
         {"plain int4 decode", h200, node(4096, 1024), f32(), "gemv_f32", true,
          {{"matmul_nbits_gemv_f32", {1024}, {256}}}},
-        // fp32 activations, M != 1 or g_idx
-        {"accuracy-4 block-32 prefill", h200, node(4096, 1024, 4, 32, 4), f32(5), "gemm_tiled_accuracy4", false,
+        // fp32 activations, M != 1 or g_idx: capture-safe, with stream-ordered scratch, except where g_idx is
+        // range-checked by a device-to-host read
+        {"accuracy-4 block-32 prefill", h200, node(4096, 1024, 4, 32, 4), f32(5), "gemm_tiled_accuracy4", true,
          {{"matmul_nbits_accuracy4", {20}, {256}}}},
-        {"f32 prefill dequantizes then runs cuBLASLt", h200, node(4096, 1024), f32(5), "dequant_cublas_gemm", false,
+        {"f32 prefill dequantizes then runs cuBLASLt", h200, node(4096, 1024), f32(5), "dequant_cublas_gemm", true,
          {{"matmul_nbits_dequant_f32", {16384}, {256}}, {kCublas, {}, {}}}},
         {"f32 decode with g_idx dequantizes too", h200, node(4096, 1024, 4, 32, 4), with_g_idx(f32()),
          "dequant_cublas_gemm", false, {{"matmul_nbits_dequant_f32", {16384}, {256}}, {kCublas, {}, {}}}},
         {"f32 with an empty M launches nothing", h200, node(4096, 1024), f32(0), "matmul_nbits_f32_empty", false,
          {}},
         // fp16 activations, M > 1
-        {"fp16 block-32 prefill", h200, node(896, 4864), f16(7), "gemm_f16_tiled", false,
+        {"fp16 block-32 prefill", h200, node(896, 4864), f16(7), "gemm_f16_tiled", true,
          {{"matmul_nbits_gemm_f16", {304, 1}, {16, 16}}}},
         {"fp16 block-128 prefill uses the general-block-size GEMM", h200, node(896, 4864, 4, 128), f16(40),
-         "gemm_f16_tiled", false, {{"matmul_nbits_gemm_f16_general_bs", {304, 3}, {16, 16}}}},
+         "gemm_f16_tiled", true, {{"matmul_nbits_gemm_f16_general_bs", {304, 3}, {16, 16}}}},
         {"fp16 RMS-norm prefill normalizes into scratch first", h200, rms(node(896, 4864)), with_gamma(f16(7)),
-         "gemm_f16_tiled_rmsnorm", false,
+         "gemm_f16_tiled_rmsnorm", true,
          {{"matmul_nbits_rmsnorm_f16_warp_half4", {7}, {32}}, {"matmul_nbits_gemm_f16", {304, 1}, {16, 16}}}},
         // fp16 activations, M == 1
         {"int8 RMS-norm decode stages K halves in shared memory", h200, rms(node(3072, 9216, 8, 32)),
@@ -168,12 +169,12 @@ std::vector<VariantCase> variant_cases()
         {"gate/up with an empty M launches nothing", h200, gate_up(node(896, 4864)), f16(0), "gate_up_swiglu_empty",
          false, {}},
         {"gate/up RMS-norm prefill", h200, rms(gate_up(node(896, 4864))), with_gamma(f16(7)),
-         "gate_up_swiglu_rmsnorm_prefill", false,
+         "gate_up_swiglu_rmsnorm_prefill", true,
          {{"matmul_nbits_rmsnorm_f16_warp_half4", {7}, {32}},
           {"matmul_nbits_gemm_f16", {304, 1}, {16, 16}},
           {"matmul_nbits_gemm_f16", {304, 1}, {16, 16}},
           {"matmul_nbits_silu_mul_f16", {67}, {256}}}},
-        {"gate/up prefill", h200, gate_up(node(896, 4864)), f16(7), "gate_up_swiglu_prefill", false,
+        {"gate/up prefill", h200, gate_up(node(896, 4864)), f16(7), "gate_up_swiglu_prefill", true,
          {{"matmul_nbits_gemm_f16", {304, 1}, {16, 16}},
           {"matmul_nbits_gemm_f16", {304, 1}, {16, 16}},
           {"matmul_nbits_silu_mul_f16", {67}, {256}}}},
@@ -216,7 +217,7 @@ TEST_CASE("every variant of the original picks its entries, grids, blocks and sh
         const LaunchPlan plan = test::problem(c.attributes, c.shapes, c.device).plan();
         CHECK(plan.variant == c.variant);
         CHECK(plan.capture_safe == c.capture_safe);
-        CHECK_FALSE(plan.reason.empty());
+        CHECK_FALSE(plan.reason().empty());
         check_launches(plan, c.launches);
     }
 }
@@ -242,43 +243,43 @@ TEST_CASE("the table covers the original's 23 variant names and nbits' two empty
 TEST_CASE("variant reasons are formatted like the original's")
 {
     using test::node;
-    CHECK(test::problem(node(4096, 1024, 8, 64), f32()).plan().reason ==
+    CHECK(test::problem(node(4096, 1024, 8, 64), f32()).plan().reason() ==
           "M==1 decode: bits=8, block_size=64 → model-agnostic f32 GEMV (fp32 accumulation, any power-of-two "
           "block_size)");
-    CHECK(test::problem(node(4096, 1024, 4, 64, 4), f32()).plan().reason ==
+    CHECK(test::problem(node(4096, 1024, 4, 64, 4), f32()).plan().reason() ==
           "M==1 decode: bits=4, accuracy_level==4, block_size=64 (≠32) → model-agnostic f32 GEMV (fp32 activations, "
           "higher precision than the int8-activation reference)");
-    CHECK(test::problem(node(4096, 1024, 4, 32, 3), f32()).plan().reason ==
+    CHECK(test::problem(node(4096, 1024, 4, 32, 3), f32()).plan().reason() ==
           "M==1 decode: accuracy_level=3 (non-accuracy4) → direct f32 GEMV");
-    CHECK(test::problem(node(4096, 1024, 4, 32, 4), f32(5)).plan().reason ==
+    CHECK(test::problem(node(4096, 1024, 4, 32, 4), f32(5)).plan().reason() ==
           "M=5 (GEMV requires M==1), accuracy_level==4, block_size=32, no g_idx → tiled accuracy4 GEMM "
           "(int8-quantized activations)");
-    CHECK(test::problem(node(4096, 1024, 4, 32, 4), with_g_idx(f32())).plan().reason ==
+    CHECK(test::problem(node(4096, 1024, 4, 32, 4), with_g_idx(f32())).plan().reason() ==
           "M=1, accuracy_level=4, g_idx=true → dequantize weights to f32 then cuBLAS GEMM (general prefill / grouped "
           "path)");
-    CHECK(test::problem(node(896, 4864, 8, 64), with_scales(f16(9, true), DataType::Float32)).plan().reason ==
+    CHECK(test::problem(node(896, 4864, 8, 64), with_scales(f16(9, true), DataType::Float32)).plan().reason() ==
           "M=9 prefill: fp16 activation, bits=8, block_size=64, zero_points=true, scales=fp32 → portable 16x16 "
-          "CUDA-core tiled GEMM with fp32 accumulation; not advertised as CUDA-graph capture-safe");
-    CHECK(test::problem(rms(node(896, 4864)), with_gamma(f16(3))).plan().reason ==
+          "CUDA-core tiled GEMM with fp32 accumulation");
+    CHECK(test::problem(rms(node(896, 4864)), with_gamma(f16(3))).plan().reason() ==
           "M=3 prefill: RMS-normalization prologue (SkipSimplifiedLayerNormalization folded) into a per-token "
-          "scratch, then portable 16x16 tiled GEMM with fp32 accumulation; not advertised as CUDA-graph capture-safe");
-    CHECK(test::problem(node(3072, 3072, 8, 32), f16(1, true)).plan().reason ==
+          "scratch, then portable 16x16 tiled GEMM with fp32 accumulation");
+    CHECK(test::problem(node(3072, 3072, 8, 32), f16(1, true)).plan().reason() ==
           "M==1 decode: fp16 activation, bits=8, block_size=32, zero_points=true → direct capture-safe GEMV");
-    CHECK(test::problem(rms(node(3072, 3072, 8, 32)), with_gamma(f16())).plan().reason ==
+    CHECK(test::problem(rms(node(3072, 3072, 8, 32)), with_gamma(f16())).plan().reason() ==
           "M==1 decode: fp16 activation, bits=8, block_size=32, fp16 scales, zero_points=false → int8 GEMV with "
           "fused RMS-normalization prologue (SkipSimplifiedLayerNormalization folded)");
-    CHECK(test::problem(rms(node(896, 1152)), with_gamma(f16(1, true))).plan().reason ==
+    CHECK(test::problem(rms(node(896, 1152)), with_gamma(f16(1, true))).plan().reason() ==
           "M==1 decode: fp16 activation, bits=4, block_size=32, fp16 scales, zero_points=true → general GEMV with "
           "fused RMS-normalization prologue (SkipSimplifiedLayerNormalization folded)");
-    CHECK(test::problem(node(4864, 896), f16()).plan().reason ==
+    CHECK(test::problem(node(4864, 896), f16()).plan().reason() ==
           "fp16-activation x int4 M==1 decode GEMV: block_size=32; zero_points=false; "
           "variant=down_projection;class=tall_skinny(K>N);block_size=32;scales=fp16;K%32==0");
-    CHECK(test::problem(node(896, 896, 8, 64), f16(1, true)).plan().reason ==
+    CHECK(test::problem(node(896, 896, 8, 64), f16(1, true)).plan().reason() ==
           "fp16-activation x int8 M==1 decode GEMV: block_size=64; zero_points=true; "
           "variant=general;zero_points=explicit;down_projection requires symmetric zp=8");
-    CHECK(test::problem(gate_up(node(896, 4864)), f16(2)).plan().reason ==
+    CHECK(test::problem(gate_up(node(896, 4864)), f16(2)).plan().reason() ==
           "M=2 prefill: two portable block-32 int4 fp16 tiled GEMMs with fp32 accumulation, followed by fp16 "
-          "SiluMul; not advertised as CUDA-graph capture-safe");
+          "SiluMul");
 }
 
 TEST_CASE("the bias stage is labelled where the original labels it")
@@ -329,7 +330,8 @@ TEST_CASE("scratch buffers: K x N fp32 weights and the cuBLASLt workspace, norma
     using test::node;
     const LaunchPlan dequant = test::problem(node(4096, 1024), f32(5)).plan();
     CHECK(dequant.scratch_bytes == std::vector<std::size_t>{4096 * 1024 * 4, 32u << 20});
-    CHECK(dequant.synchronize_after);
+    // Scratch is released stream-ordered: nothing waits for the GPU.
+    CHECK(dequant.workspace_bytes() == 4096 * 1024 * 4 + (32u << 20));
     const GemmStep& gemm = std::get<GemmStep>(dequant.steps[1]);
     CHECK(gemm.a == BufferRef::input(0));
     CHECK(gemm.w == BufferRef::scratch(0));
@@ -338,7 +340,8 @@ TEST_CASE("scratch buffers: K x N fp32 weights and the cuBLASLt workspace, norma
     CHECK(gemm.workspace == BufferRef::scratch(1));
     CHECK(gemm.workspace_bytes == 32u << 20);
     CHECK((gemm.m == 5 && gemm.k == 4096 && gemm.n == 1024));
-    CHECK(gemm.dtype == blas::GemmDtype::F32);
+    CHECK(gemm.dtype == DataType::Float32);
+    CHECK(gemm.weight_layout == GemmStep::WeightLayout::KxN);
 
     CHECK(test::problem(rms(node(896, 4864)), with_gamma(f16(7))).plan().scratch_bytes ==
           std::vector<std::size_t>{7 * 896 * 2});
@@ -348,7 +351,7 @@ TEST_CASE("scratch buffers: K x N fp32 weights and the cuBLASLt workspace, norma
           std::vector<std::size_t>{7 * 896 * 2, 7 * 4864 * 2});
     const LaunchPlan decode = test::problem(node(896, 4864), f16()).plan();
     CHECK(decode.scratch_bytes.empty());
-    CHECK_FALSE(decode.synchronize_after);
+    CHECK(decode.workspace_bytes() == 0);
 }
 
 TEST_CASE("only the fused RMS-norm GEMVs opt into more dynamic shared memory")

@@ -1,10 +1,10 @@
 // nbits-prewarm, run as a user runs it: as a separate process on a directory.
 
 #include "cache_test_support.hpp"
-#include "nbits/jit/disk_cache.hpp"
-#include "nbits/jit/include_dirs.hpp"
-#include "nbits/kernels.hpp"
-#include "nbits/runtime/module_cache.hpp"
+#include "jit/disk_cache.hpp"
+#include "jit/include_dirs.hpp"
+#include "kernels.hpp"
+#include "runtime/module_cache.hpp"
 
 #include <doctest/doctest.h>
 
@@ -35,7 +35,7 @@ bool runtime_finds(jit::DiskCache& cache, const std::string& source_name, const 
 {
     const jit::KernelSource& source = kernels::source(source_name);
     const jit::CompileRequest request =
-        module_request(source, entry, granularity, target, jit::discover_include_dirs());
+        module_request(source, entry, {}, granularity, target, jit::discover_include_dirs());
     return cache.load(jit::ImageKey::for_request(request)).has_value();
 }
 

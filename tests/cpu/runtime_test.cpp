@@ -1,9 +1,10 @@
-#include "nbits/cuda/driver.hpp"
+#include "cuda/driver.hpp"
 #include "nbits/error.hpp"
-#include "nbits/fp16.hpp"
-#include "nbits/runtime/capabilities.hpp"
-#include "nbits/runtime/cuda_runtime.hpp"
-#include "nbits/runtime/launch.hpp"
+#include "host_half.hpp"
+#include "nbits/capabilities.hpp"
+#include "nbits/runtime.hpp"
+#include "runtime/internals.hpp"
+#include "runtime/kernel_args.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
 #include "host_reference.hpp"
 
-#include "nbits/fp16.hpp"
+#include "host_half.hpp"
 
 #include <fmt/format.h>
 

@@ -1,8 +1,9 @@
 #include "matmul_fixture.hpp"
+#include "runtime/internals.hpp"
 
-#include "nbits/cuda/driver.hpp"
+#include "cuda/driver.hpp"
 #include "nbits/error.hpp"
-#include "nbits/kernels.hpp"
+#include "kernels.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -158,13 +159,15 @@ bool has_gemm_step(const ops::LaunchPlan& plan)
 }
 
 RunOutcome run_into(ops::MatMulNBits& op, const std::vector<Tensor>& inputs, DeviceOutput& output,
-                    const ops::RunOptions& options)
+                    const TestRun& how)
 {
     CudaRuntime& runtime = matmul_gpu();
     output.poison();
     const std::uint64_t live = runtime.counters().live();
     RunOutcome outcome;
-    outcome.plan = op.run(inputs, {output.tensor()}, options);
+    outcome.plan = how.sources ? *ops::detail::OperatorAccess::run_with_sources(op, inputs, {output.tensor()},
+                                                                                 how.options, how.sources)
+                               : *op.run(inputs, {output.tensor()}, how.options);
     outcome.bytes = output.bytes();
     CHECK_MESSAGE(runtime.counters().live() == live, "the run of " << outcome.plan.variant
                                                                     << " left device allocations behind");
@@ -213,7 +216,7 @@ ScopedEnv::~ScopedEnv()
 
 CapturedGraph::CapturedGraph(CudaRuntime& runtime, const std::function<void()>& record) : runtime_(runtime)
 {
-    CudaRuntime::ScopedContext scope(runtime_);
+    CudaRuntime::Internals::ScopedContext scope(runtime_);
     const cuda::Driver& driver = cuda::driver();
     cuda::check(driver.stream_begin_capture(runtime_.stream(), CU_STREAM_CAPTURE_MODE_GLOBAL),
                 "beginning a stream capture");
@@ -237,7 +240,7 @@ CapturedGraph::CapturedGraph(CudaRuntime& runtime, const std::function<void()>& 
 
 CapturedGraph::~CapturedGraph()
 {
-    CudaRuntime::ScopedContext scope(runtime_);
+    CudaRuntime::Internals::ScopedContext scope(runtime_);
     if (exec_ != nullptr) {
         cuda::driver().graph_exec_destroy(exec_);
     }
@@ -248,7 +251,7 @@ CapturedGraph::~CapturedGraph()
 
 void CapturedGraph::replay()
 {
-    CudaRuntime::ScopedContext scope(runtime_);
+    CudaRuntime::Internals::ScopedContext scope(runtime_);
     cuda::check(cuda::driver().graph_launch(exec_, runtime_.stream()), "launching the captured graph");
 }
 
@@ -396,7 +399,7 @@ const jit::KernelSource& test_kernels()
 void launch(CudaRuntime& runtime, const jit::KernelSource& source, std::string_view entry, const LaunchConfig& config,
             KernelArgs& args)
 {
-    runtime.launch(runtime.function(source, entry), config, args, entry);
+    runtime.internals().launch(runtime.internals().function(source, entry), config, args, entry);
 }
 
 std::uint32_t blocks_of(int count, int threads) { return static_cast<std::uint32_t>((count + threads - 1) / threads); }
@@ -416,17 +419,17 @@ const jit::KernelSource* original_source_of(std::string_view entry)
     return nullptr;
 }
 
-ops::RunOptions original_kernels(std::set<std::string>& overridden)
+TestRun original_kernels(std::set<std::string>& overridden)
 {
-    ops::RunOptions options;
-    options.kernel_source_override = [&overridden](const ops::KernelStep& step) -> const jit::KernelSource* {
+    TestRun how;
+    how.sources = [&overridden](const ops::KernelStep& step) -> const jit::KernelSource* {
         const jit::KernelSource* source = original_source_of(step.entry);
         if (source != nullptr) {
             overridden.insert(step.entry);
         }
         return source;
     };
-    return options;
+    return how;
 }
 
 void staged_down(CudaRuntime& runtime, CUdeviceptr activation, CUdeviceptr packed, CUdeviceptr scales,
@@ -436,12 +439,12 @@ void staged_down(CudaRuntime& runtime, CUdeviceptr activation, CUdeviceptr packe
     const int k_blocks = k / block_size;
     const auto shared_bytes = static_cast<std::uint32_t>(k * 2);
     const char* entry = "matmul_nbits_gemv_f16_scales_f16_down_staged_reference";
-    CUfunction function = runtime.function(staged_down_source(), entry);
-    runtime.configure_dynamic_shared_memory(function, shared_bytes, entry);
+    CUfunction function = runtime.internals().function(staged_down_source(), entry);
+    runtime.internals().configure_dynamic_shared_memory(function, shared_bytes, entry);
     KernelArgs args;
     args.ptr(activation).ptr(packed).ptr(scales).ptr(0).ptr(0).ptr(output);
     args.i32(k).i32(n).i32(block_size).i32(k_blocks).i32(block_size / 2).i32((k_blocks + 1) / 2).i32(1).i32(0);
-    runtime.launch(function, LaunchConfig{{blocks_of(n, 8), 1, 1}, {256, 1, 1}, shared_bytes}, args, entry);
+    runtime.internals().launch(function, LaunchConfig{{blocks_of(n, 8), 1, 1}, {256, 1, 1}, shared_bytes}, args, entry);
 }
 
 void silu_mul(CudaRuntime& runtime, CUdeviceptr gate, CUdeviceptr up, CUdeviceptr output, int count)

@@ -4,7 +4,7 @@
 
 #include "matmul_fixture.hpp"
 
-#include "nbits/fp16.hpp"
+#include "host_half.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

@@ -1,8 +1,9 @@
 #include "gpu_fixture.hpp"
-#include "nbits/cuda/driver.hpp"
+#include "runtime/internals.hpp"
+#include "cuda/driver.hpp"
 #include "nbits/error.hpp"
-#include "nbits/jit/kernel_source.hpp"
-#include "nbits/kernels.hpp"
+#include "jit/kernel_source.hpp"
+#include "kernels.hpp"
 
 #include <doctest/doctest.h>
 
@@ -48,7 +49,7 @@ void launch_slow_fill(CudaRuntime& runtime, CUdeviceptr out, int n, unsigned val
     KernelArgs args;
     args.ptr(out).i32(n).i32(static_cast<std::int32_t>(value));
     args.i64(200'000'000);  // ~0.1 s at 2 GHz
-    runtime.launch(runtime.function(slow_producer(), "slow_fill"), LaunchConfig{{1, 1, 1}, {256, 1, 1}, 0}, args,
+    runtime.internals().launch(runtime.internals().function(slow_producer(), "slow_fill"), LaunchConfig{{1, 1, 1}, {256, 1, 1}, 0}, args,
                    "slow_fill");
 }
 
@@ -70,7 +71,7 @@ TEST_CASE("an embedded kernel loads, launches and computes the dequantized weigh
     KernelArgs args;
     args.ptr(packed_dev.get()).ptr(scales_dev.get()).ptr(0).ptr(0).ptr(weight_dev.get());
     args.i32(k).i32(n).i32(block_size).i32(k_blocks).i32(blob_size).i32(1).i32(4);
-    runtime.launch(runtime.function(kernels::source_of_entry("matmul_nbits_dequant_f32"), "matmul_nbits_dequant_f32"),
+    runtime.internals().launch(runtime.internals().function(kernels::source_of_entry("matmul_nbits_dequant_f32"), "matmul_nbits_dequant_f32"),
                    LaunchConfig{{1, 1, 1}, {256, 1, 1}, 0}, args, "dequant");
     const auto weight = test::download<float>(runtime, weight_dev);
     for (int depth = 0; depth < k; ++depth) {
@@ -114,24 +115,24 @@ TEST_CASE("dynamic shared memory above the default budget is opted into on a rea
 {
     CudaRuntime& runtime = gpu();
     const Capabilities& caps = runtime.capabilities();
-    CUfunction function = runtime.function(slow_producer(), "fill_shared");
+    CUfunction function = runtime.internals().function(slow_producer(), "fill_shared");
     const std::uint32_t request = caps.max_shared_memory_per_block_optin;
     REQUIRE_MESSAGE(request > caps.max_shared_memory_per_block, "this GPU has no opt-in shared memory to test");
     const int words = static_cast<int>(request / 4);
     DeviceBuffer out(runtime, request);
-    runtime.configure_dynamic_shared_memory(function, request, "fill_shared");
+    runtime.internals().configure_dynamic_shared_memory(function, request, "fill_shared");
     int limit = 0;
     cuda::check(cuda::driver().func_get_attribute(&limit, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, function),
                 "reading the limit");
     CHECK(limit == static_cast<int>(request));
     KernelArgs args;
     args.ptr(out.get()).i32(words);
-    runtime.launch(function, LaunchConfig{{1, 1, 1}, {256, 1, 1}, request}, args, "fill_shared");
+    runtime.internals().launch(function, LaunchConfig{{1, 1, 1}, {256, 1, 1}, request}, args, "fill_shared");
     const auto values = test::download<unsigned>(runtime, out);
     CHECK(values.front() == static_cast<unsigned>(words - 1) * 3u + 1u);
     CHECK(values.back() == 1u);
 
-    CHECK_THROWS_WITH_AS(runtime.configure_dynamic_shared_memory(function, request + 1, "fill_shared"),
+    CHECK_THROWS_WITH_AS(runtime.internals().configure_dynamic_shared_memory(function, request + 1, "fill_shared"),
                          doctest::Contains("fill_shared needs"), Error);
 }
 
@@ -149,13 +150,13 @@ TEST_CASE("eight threads asking for one entry at once cause one compile")
             ready.fetch_add(1);
             while (ready.load() < 8) {
             }
-            functions[t] = runtime.function(source, "matmul_nbits_gemv_f32");
+            functions[t] = runtime.internals().function(source, "matmul_nbits_gemv_f32");
         });
     }
     for (auto& thread : threads) {
         thread.join();
     }
-    const ModuleCacheStats stats = runtime.modules().stats();
+    const ModuleCacheStats stats = runtime.internals().modules().stats();
     CHECK(stats.compiles == 1);
     CHECK(stats.modules == 1);
     for (CUfunction function : functions) {
@@ -187,7 +188,7 @@ TEST_CASE("a launch error names the launch and leaves the runtime usable")
     KernelArgs args;
     args.ptr(0).i32(0);
     // 4096 threads per block is beyond every CUDA GPU.
-    CHECK_THROWS_WITH_AS(runtime.launch(runtime.function(slow_producer(), "fill_shared"),
+    CHECK_THROWS_WITH_AS(runtime.internals().launch(runtime.internals().function(slow_producer(), "fill_shared"),
                                         LaunchConfig{{1, 1, 1}, {4096, 1, 1}, 0}, args, "oversized block"),
                          doctest::Contains("launch oversized block"), Error);
     runtime.synchronize();

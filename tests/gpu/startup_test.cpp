@@ -3,10 +3,11 @@
 // image is recompiled instead of launched.
 
 #include "../cpu/cache_test_support.hpp"
+#include "runtime/internals.hpp"
 #include "gpu_fixture.hpp"
-#include "nbits/jit/disk_cache.hpp"
-#include "nbits/jit/include_dirs.hpp"
-#include "nbits/kernels.hpp"
+#include "jit/disk_cache.hpp"
+#include "jit/include_dirs.hpp"
+#include "kernels.hpp"
 
 #include <doctest/doctest.h>
 
@@ -33,7 +34,7 @@ std::string prewarm_cubin(const TempDir& dir)
 {
     const jit::Target target =
         jit::Target::cubin(gpu().capabilities().compute_major, gpu().capabilities().compute_minor);
-    const jit::CompileRequest request = module_request(kernels::source_of_entry(kEntry), kEntry,
+    const jit::CompileRequest request = module_request(kernels::source_of_entry(kEntry), kEntry, {},
                                                        CompileGranularity::Entry, target, jit::discover_include_dirs());
     jit::DiskCache cache(dir.path(), jit::kDefaultCacheMaxBytes);
     jit::compile_or_load(request, &cache);
@@ -49,12 +50,12 @@ TEST_SUITE("disk cache on the GPU")
         TempDir dir;
         prewarm_cubin(dir);
         CudaRuntime runtime(cached_in(dir));
-        CHECK(runtime.function(kernels::source_of_entry(kEntry), kEntry) != nullptr);
-        const ModuleCacheStats stats = runtime.modules().stats();
+        CHECK(runtime.internals().function(kernels::source_of_entry(kEntry), kEntry) != nullptr);
+        const ModuleCacheStats stats = runtime.internals().modules().stats();
         CHECK(stats.compiles == 0);
         CHECK(stats.store_loads == 1);
-        REQUIRE(runtime.disk_cache() != nullptr);
-        CHECK(runtime.disk_cache()->directory() == dir.path());
+        REQUIRE(runtime.internals().disk_cache() != nullptr);
+        CHECK(runtime.internals().disk_cache()->directory() == dir.path());
     }
 
     TEST_CASE("a cold runtime stores what it compiles and the next runtime loads it")
@@ -62,14 +63,14 @@ TEST_SUITE("disk cache on the GPU")
         TempDir dir;
         {
             CudaRuntime cold(cached_in(dir));
-            CHECK(cold.function(kernels::source_of_entry(kEntry), kEntry) != nullptr);
-            CHECK(cold.modules().stats().compiles == 1);
-            CHECK(cold.disk_cache()->stats().stores == 1);
+            CHECK(cold.internals().function(kernels::source_of_entry(kEntry), kEntry) != nullptr);
+            CHECK(cold.internals().modules().stats().compiles == 1);
+            CHECK(cold.internals().disk_cache()->stats().stores == 1);
         }
         CudaRuntime warm(cached_in(dir));
-        CHECK(warm.function(kernels::source_of_entry(kEntry), kEntry) != nullptr);
-        CHECK(warm.modules().stats().compiles == 0);
-        CHECK(warm.modules().stats().store_loads == 1);
+        CHECK(warm.internals().function(kernels::source_of_entry(kEntry), kEntry) != nullptr);
+        CHECK(warm.internals().modules().stats().compiles == 0);
+        CHECK(warm.internals().modules().stats().store_loads == 1);
     }
 
     TEST_CASE("a damaged prewarmed image is deleted and recompiled, never loaded")
@@ -84,8 +85,8 @@ TEST_SUITE("disk cache on the GPU")
             file.put(static_cast<char>(byte ^ 0x01));
         }
         CudaRuntime runtime(cached_in(dir));
-        CHECK(runtime.function(kernels::source_of_entry(kEntry), kEntry) != nullptr);
-        CHECK(runtime.modules().stats().compiles == 1);
-        CHECK(runtime.disk_cache()->stats().removed_damaged == 1);
+        CHECK(runtime.internals().function(kernels::source_of_entry(kEntry), kEntry) != nullptr);
+        CHECK(runtime.internals().modules().stats().compiles == 1);
+        CHECK(runtime.internals().disk_cache()->stats().removed_damaged == 1);
     }
 }

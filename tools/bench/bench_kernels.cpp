@@ -1,6 +1,7 @@
 #include "bench_kernels.hpp"
+#include "runtime/internals.hpp"
 
-#include "nbits/runtime/launch.hpp"
+#include "runtime/kernel_args.hpp"
 
 namespace nbits::bench {
 namespace {
@@ -53,11 +54,11 @@ const jit::KernelSource& bench_kernels()
 
 void enqueue_spin(CudaRuntime& runtime, std::uint64_t nanoseconds)
 {
-    const CUfunction function = runtime.function(bench_kernels(), "bench_spin");
+    const CUfunction function = runtime.internals().function(bench_kernels(), "bench_spin");
     LaunchConfig config;
     KernelArgs args;
     args.i64(static_cast<std::int64_t>(nanoseconds));
-    runtime.launch(function, config, args, "bench_spin (holds the stream while launches are queued)");
+    runtime.internals().launch(function, config, args, runtime.stream(), "bench_spin (holds the stream while launches are queued)");
 }
 
 }  // namespace nbits::bench

@@ -4,8 +4,8 @@
 // operator's: a streaming read (the read ceiling) and a spin that holds the
 // stream while the host queues the launches to be timed.
 
-#include "nbits/jit/kernel_source.hpp"
-#include "nbits/runtime/cuda_runtime.hpp"
+#include "jit/kernel_source.hpp"
+#include "nbits/runtime.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -1,9 +1,10 @@
 #include "ceiling.hpp"
+#include "runtime/internals.hpp"
 
 #include "bench_kernels.hpp"
 
 #include "nbits/error.hpp"
-#include "nbits/runtime/launch.hpp"
+#include "runtime/kernel_args.hpp"
 
 #include <fmt/format.h>
 
@@ -35,7 +36,7 @@ ReadCeiling measure_read_ceiling(CudaRuntime& runtime, const DeviceFacts& facts,
     runtime.memset_async(buffer.get(), 0x5A, bytes);
     runtime.synchronize();
 
-    const CUfunction function = runtime.function(bench_kernels(), kStreamReadEntry);
+    const CUfunction function = runtime.internals().function(bench_kernels(), kStreamReadEntry);
     LaunchConfig config;
     config.grid.x = static_cast<std::uint32_t>(std::max(facts.multiprocessors, 1)) * kBlocksPerMultiprocessor;
     config.block.x = kThreads;
@@ -43,7 +44,7 @@ ReadCeiling measure_read_ceiling(CudaRuntime& runtime, const DeviceFacts& facts,
     auto enqueue = [&](std::size_t) {
         KernelArgs args;
         args.ptr(buffer.get()).i64(static_cast<std::int64_t>(count)).ptr(sink.get());
-        runtime.launch(function, config, args, "bench_stream_read (read-ceiling kernel)");
+        runtime.internals().launch(function, config, args, runtime.stream(), "bench_stream_read (read-ceiling kernel)");
     };
     enqueue(0);  // loads the module outside the capture
     runtime.synchronize();

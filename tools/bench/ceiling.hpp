@@ -6,7 +6,7 @@
 #include "device.hpp"
 #include "timing.hpp"
 
-#include "nbits/runtime/cuda_runtime.hpp"
+#include "nbits/runtime.hpp"
 
 #include <cstddef>
 

@@ -3,8 +3,8 @@
 #include "host_data.hpp"
 #include "workload.hpp"
 
-#include "nbits/blas/gemm.hpp"
-#include "nbits/fp16.hpp"
+#include "blas/gemm.hpp"
+#include "host_half.hpp"
 
 #include <algorithm>
 #include <vector>
@@ -49,14 +49,14 @@ BaselineResult time_cublas_f16(CudaRuntime& runtime, std::size_t m, std::size_t 
 
     auto enqueue = [&](std::size_t index) {
         blas::GemmParams params;
-        params.dtype = blas::GemmDtype::F16;
+        params.dtype = DataType::Float16;
         params.a = activation.get();
         params.w = weights.get() + (index % rotation.copies) * stride;
         params.y = output.get();
         params.m = m;
         params.k = k;
         params.n = n;
-        blas::gemm(runtime, params, workspace.get(), blas::kWorkspaceBytes);
+        blas::gemm(runtime, params, workspace.get(), blas::kWorkspaceBytes, runtime.stream());
     };
     // Handle creation and the first heuristic query happen here, outside any capture.
     enqueue(0);

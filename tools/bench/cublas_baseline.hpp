@@ -7,7 +7,7 @@
 #include "method.hpp"
 #include "timing.hpp"
 
-#include "nbits/runtime/cuda_runtime.hpp"
+#include "nbits/runtime.hpp"
 
 #include <cstddef>
 #include <cstdint>

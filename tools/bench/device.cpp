@@ -1,14 +1,15 @@
 #include "device.hpp"
+#include "runtime/internals.hpp"
 
-#include "nbits/cuda/driver.hpp"
-#include "nbits/jit/compile.hpp"
+#include "cuda/driver.hpp"
+#include "jit/compile.hpp"
 
 namespace nbits::bench {
 
 DeviceFacts read_device_facts(CudaRuntime& runtime)
 {
     const cuda::Driver& driver = cuda::driver();
-    CudaRuntime::ScopedContext scope(runtime);
+    CudaRuntime::Internals::ScopedContext scope(runtime);
     CUdevice device = 0;
     cuda::check(driver.device_get(&device, runtime.device()), "opening the CUDA device");
     int l2 = 0;
@@ -31,7 +32,7 @@ DeviceFacts read_device_facts(CudaRuntime& runtime)
 
 std::size_t free_device_memory(CudaRuntime& runtime)
 {
-    CudaRuntime::ScopedContext scope(runtime);
+    CudaRuntime::Internals::ScopedContext scope(runtime);
     std::size_t free_bytes = 0;
     std::size_t total_bytes = 0;
     cuda::check(cuda::driver().mem_get_info(&free_bytes, &total_bytes), "reading free device memory");

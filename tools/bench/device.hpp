@@ -3,7 +3,7 @@
 // What the report needs to know about the device and what each shape needs
 // to size its buffers.
 
-#include "nbits/runtime/cuda_runtime.hpp"
+#include "nbits/runtime.hpp"
 
 #include <cstddef>
 #include <string>

@@ -1,6 +1,6 @@
 #include "host_data.hpp"
 
-#include "nbits/fp16.hpp"
+#include "host_half.hpp"
 
 #include <cmath>
 #include <cstring>

@@ -10,7 +10,7 @@
 #include "plan_dump.hpp"
 #include "run_bench.hpp"
 
-#include "nbits/cuda/driver.hpp"
+#include "cuda/driver.hpp"
 #include "nbits/error.hpp"
 
 #include <fstream>

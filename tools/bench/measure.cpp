@@ -5,7 +5,7 @@
 #include "workload.hpp"
 
 #include "nbits/error.hpp"
-#include "nbits/ops/matmul_nbits.hpp"
+#include "nbits/matmul_nbits.hpp"
 
 #include <type_traits>
 
@@ -41,10 +41,10 @@ void measure_nbits(const BenchContext& context, const Node& node, ShapeResult& r
     // The eager run JIT-compiles every entry the path needs, so no compile
     // lands in a capture or a timed sample; it is also the run the check reads.
     device.poison_output(runtime);
-    const ops::LaunchPlan plan = op.run(device.inputs(0), device.outputs());
+    const ops::LaunchPlan plan = *op.run(device.inputs(0), device.outputs());
     runtime.synchronize();
     result.variant = plan.variant;
-    result.reason = plan.reason;
+    result.reason = plan.reason();
     result.steps = step_names(plan);
     result.capture_safe = plan.capture_safe;
 

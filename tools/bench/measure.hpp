@@ -10,7 +10,7 @@
 #include "shapes.hpp"
 #include "timing.hpp"
 
-#include "nbits/runtime/cuda_runtime.hpp"
+#include "nbits/runtime.hpp"
 
 #include <cstdint>
 #include <memory>

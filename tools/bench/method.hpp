@@ -7,7 +7,7 @@
 #include "timing.hpp"
 #include "workload.hpp"
 
-#include "nbits/runtime/cuda_runtime.hpp"
+#include "nbits/runtime.hpp"
 
 #include <cstddef>
 #include <string>

@@ -1,6 +1,6 @@
 #include "node.hpp"
 
-#include "nbits/ops/matmul_nbits.hpp"
+#include "nbits/matmul_nbits.hpp"
 
 #include <stdexcept>
 

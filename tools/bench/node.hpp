@@ -7,8 +7,8 @@
 #include "options.hpp"
 #include "shapes.hpp"
 
-#include "nbits/ops/attributes.hpp"
-#include "nbits/ops/tensor.hpp"
+#include "nbits/attributes.hpp"
+#include "nbits/tensor.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -4,7 +4,7 @@
 
 #include "shapes.hpp"
 
-#include "nbits/ops/tensor.hpp"
+#include "nbits/tensor.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -1,13 +1,14 @@
 #include "plan_dump.hpp"
+#include "runtime/internals.hpp"
 
 #include "csv.hpp"
 #include "json_writer.hpp"
 #include "node.hpp"
 
-#include "nbits/cuda/driver.hpp"
+#include "cuda/driver.hpp"
 #include "nbits/error.hpp"
-#include "nbits/ops/matmul_nbits.hpp"
-#include "nbits/runtime/cuda_runtime.hpp"
+#include "nbits/matmul_nbits.hpp"
+#include "nbits/runtime.hpp"
 
 #include <fmt/format.h>
 
@@ -34,7 +35,7 @@ ops::PlanContext plan_context(const BenchOptions& options)
             runtime_options.device = options.device;
             const CudaRuntime runtime(runtime_options);
             context.capabilities = runtime.capabilities();
-            context.half_headers_available = !runtime.include_dirs().empty();
+            context.half_headers_available = !runtime.internals().include_dirs().empty();
             return context;
         } catch (const Error& error) {
             why = error.what();
@@ -58,7 +59,7 @@ std::string steps_text(const ops::LaunchPlan& plan)
 std::string render(OutputFormat format, const std::vector<PlanOutcome>& outcomes)
 {
     if (format == OutputFormat::Json) {
-        tools::JsonWriter json;
+        JsonWriter json;
         json.begin_array();
         for (const PlanOutcome& o : outcomes) {
             json.begin_object()

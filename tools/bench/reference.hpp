@@ -6,7 +6,7 @@
 #include "host_data.hpp"
 #include "options.hpp"
 
-#include "nbits/runtime/cuda_runtime.hpp"
+#include "nbits/runtime.hpp"
 
 #include <cuda.h>
 

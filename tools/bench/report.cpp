@@ -118,7 +118,7 @@ std::string render_table(const RunInfo& run, const std::vector<ShapeResult>& res
     return text;
 }
 
-void write_stats(tools::JsonWriter& json, const Timing& timing)
+void write_stats(JsonWriter& json, const Timing& timing)
 {
     const Stats& us = timing.per_launch_us;
     json.field("method", timing.method)
@@ -136,7 +136,7 @@ void write_stats(tools::JsonWriter& json, const Timing& timing)
 
 std::string render_json(const RunInfo& run, const std::vector<ShapeResult>& results)
 {
-    tools::JsonWriter json;
+    JsonWriter json;
     json.begin_object();
     json.field("tool", "nbits-bench").field("version", version());
     const DeviceFacts& d = run.device;

@@ -5,7 +5,7 @@
 #include "options.hpp"
 #include "shapes.hpp"
 
-#include "nbits/runtime/cuda_runtime.hpp"
+#include "nbits/runtime.hpp"
 
 #include <memory>
 #include <string>

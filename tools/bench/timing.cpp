@@ -1,8 +1,9 @@
 #include "timing.hpp"
+#include "runtime/internals.hpp"
 
 #include "bench_kernels.hpp"
 
-#include "nbits/cuda/driver.hpp"
+#include "cuda/driver.hpp"
 #include "nbits/error.hpp"
 
 
@@ -180,7 +181,7 @@ Stats summarize(std::vector<double> samples)
 
 Timing time_graph_replays(CudaRuntime& runtime, const Enqueue& enqueue, std::size_t launches, int warmups, int repeats)
 {
-    CudaRuntime::ScopedContext scope(runtime);
+    CudaRuntime::Internals::ScopedContext scope(runtime);
     const CUstream stream = runtime.stream();
     runtime.synchronize();
     CUgraph graph = nullptr;
@@ -200,7 +201,7 @@ Timing time_graph_replays(CudaRuntime& runtime, const Enqueue& enqueue, std::siz
 
 Timing time_eager_batches(CudaRuntime& runtime, const Enqueue& enqueue, std::size_t launches, int warmups, int repeats)
 {
-    CudaRuntime::ScopedContext scope(runtime);
+    CudaRuntime::Internals::ScopedContext scope(runtime);
     runtime.synchronize();
     // The warm-ups also measure what one enqueue costs the host, which sizes
     // the spin that the timed launches queue up behind.

@@ -6,7 +6,7 @@
 // spin, so the samples hold device time, not the host's launch cost. Every
 // driver call is checked.
 
-#include "nbits/runtime/cuda_runtime.hpp"
+#include "nbits/runtime.hpp"
 
 #include <cstddef>
 #include <functional>

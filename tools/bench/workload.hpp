@@ -5,8 +5,8 @@
 
 #include "host_data.hpp"
 
-#include "nbits/ops/tensor.hpp"
-#include "nbits/runtime/cuda_runtime.hpp"
+#include "nbits/tensor.hpp"
+#include "nbits/runtime.hpp"
 
 #include <cstddef>
 #include <string>

@@ -2,7 +2,7 @@
 // attributes and input shapes on a named device, without a GPU.
 
 #include "nbits/error.hpp"
-#include "nbits/ops/matmul_nbits.hpp"
+#include "nbits/matmul_nbits.hpp"
 
 #include <fmt/format.h>
 

@@ -21,7 +21,7 @@ ActionOutput list_images(const jit::DiskCache& cache)
     table.column("size");
     table.column("last used");
     table.column("status", tools::TextTable::Align::Left);
-    tools::JsonWriter json;
+    JsonWriter json;
     json.begin_object().field("action", "list").field("cache_dir", cache.directory()).field("max_bytes", cache.max_bytes());
     json.key("images").begin_array();
     for (const jit::CachedImageFile& file : files) {
@@ -56,7 +56,7 @@ ActionOutput verify_images(jit::DiskCache& cache)
     const std::vector<jit::CachedImageFile>& damaged = verification.removed;
     ActionOutput output;
     output.exit_code = damaged.empty() ? kExitOk : kExitFailed;
-    tools::JsonWriter json;
+    JsonWriter json;
     json.begin_object()
         .field("action", "verify")
         .field("cache_dir", cache.directory())
@@ -78,7 +78,7 @@ ActionOutput clear_images(jit::DiskCache& cache)
     const std::size_t removed = cache.clear();
     ActionOutput output;
     output.text = fmt::format("{}: removed {} file(s)\n", cache.directory(), removed);
-    tools::JsonWriter json;
+    JsonWriter json;
     json.begin_object()
         .field("action", "clear")
         .field("cache_dir", cache.directory())

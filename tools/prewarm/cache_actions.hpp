@@ -4,7 +4,7 @@
 
 #include "action_output.hpp"
 
-#include "nbits/jit/disk_cache.hpp"
+#include "jit/disk_cache.hpp"
 
 namespace nbits::prewarm {
 

@@ -1,7 +1,7 @@
 #include "compile_jobs.hpp"
 
 #include "nbits/error.hpp"
-#include "nbits/kernels.hpp"
+#include "kernels.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -58,7 +58,7 @@ std::vector<JobResult> run_jobs(const std::vector<CompileJob>& jobs, CompileGran
             const auto start = std::chrono::steady_clock::now();
             try {
                 const jit::CompileRequest request =
-                    module_request(*job.source, job.entry, granularity, job.target, include_dirs);
+                    module_request(*job.source, job.entry, {}, granularity, job.target, include_dirs);
                 bool compiled_now = false;
                 result.image_bytes = jit::compile_or_load(request, &cache, &compiled_now).image.size();
                 result.outcome = compiled_now ? Outcome::Compiled : Outcome::Cached;

@@ -4,8 +4,8 @@
 
 #include "options.hpp"
 
-#include "nbits/jit/disk_cache.hpp"
-#include "nbits/jit/kernel_source.hpp"
+#include "jit/disk_cache.hpp"
+#include "jit/kernel_source.hpp"
 
 #include <functional>
 #include <string>

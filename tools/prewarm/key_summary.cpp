@@ -1,6 +1,6 @@
 #include "key_summary.hpp"
 
-#include "nbits/kernels.hpp"
+#include "kernels.hpp"
 
 namespace nbits::prewarm {
 namespace {

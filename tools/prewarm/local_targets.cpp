@@ -1,6 +1,6 @@
 #include "local_targets.hpp"
 
-#include "nbits/cuda/driver.hpp"
+#include "cuda/driver.hpp"
 
 #include <fmt/format.h>
 

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "nbits/jit/target.hpp"
+#include "jit/target.hpp"
 
 #include <string>
 #include <vector>

@@ -8,7 +8,7 @@
 #include "prewarm_action.hpp"
 
 #include "nbits/error.hpp"
-#include "nbits/jit/disk_cache.hpp"
+#include "jit/disk_cache.hpp"
 
 #include <cstdio>
 #include <fstream>

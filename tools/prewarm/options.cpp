@@ -3,8 +3,8 @@
 #include "command_line.hpp"
 
 #include "nbits/error.hpp"
-#include "nbits/jit/disk_cache.hpp"
-#include "nbits/kernels.hpp"
+#include "jit/disk_cache.hpp"
+#include "kernels.hpp"
 
 namespace nbits::prewarm {
 namespace {

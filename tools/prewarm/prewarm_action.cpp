@@ -5,7 +5,7 @@
 #include "progress_line.hpp"
 
 #include "nbits/error.hpp"
-#include "nbits/jit/include_dirs.hpp"
+#include "jit/include_dirs.hpp"
 
 #include <fmt/format.h>
 

@@ -3,7 +3,7 @@
 #include "action_output.hpp"
 #include "options.hpp"
 
-#include "nbits/jit/disk_cache.hpp"
+#include "jit/disk_cache.hpp"
 
 namespace nbits::prewarm {
 

@@ -4,7 +4,7 @@
 #include "json_writer.hpp"
 #include "text_table.hpp"
 
-#include "nbits/jit/compile.hpp"
+#include "jit/compile.hpp"
 
 #include <fmt/format.h>
 
@@ -101,7 +101,7 @@ std::string prewarm_table(const PrewarmRun& run)
 
 std::string prewarm_json(const PrewarmRun& run)
 {
-    tools::JsonWriter json;
+    JsonWriter json;
     json.begin_object()
         .field("action", "prewarm")
         .field("cache_dir", run.cache_dir)

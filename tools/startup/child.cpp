@@ -1,10 +1,11 @@
 #include "child.hpp"
+#include "runtime/internals.hpp"
 
 #include "clock.hpp"
 #include "decode_step.hpp"
 
-#include "nbits/kernels.hpp"
-#include "nbits/runtime/cuda_runtime.hpp"
+#include "kernels.hpp"
+#include "nbits/runtime.hpp"
 
 #include <cstdio>
 #include <sstream>
@@ -33,7 +34,7 @@ int run_child(const ChildOptions& options, int device)
     for (std::string_view entry : kDecodeStepEntries) {
         sources.push_back(&kernels::source_of_entry(entry));
         entries.emplace_back(entry);
-        runtime.function(*sources.back(), entry);
+        runtime.internals().function(*sources.back(), entry);
         if (first_at == 0) {
             first_at = monotonic_ns();
         }
@@ -49,18 +50,18 @@ int run_child(const ChildOptions& options, int device)
         const std::int64_t start = monotonic_ns();
         for (std::int64_t i = 0; i < options.hits; ++i) {
             const std::size_t which = static_cast<std::size_t>(i % static_cast<std::int64_t>(entries.size()));
-            sink ^= reinterpret_cast<std::uintptr_t>(runtime.function(*sources[which], entries[which]));
+            sink ^= reinterpret_cast<std::uintptr_t>(runtime.internals().function(*sources[which], entries[which]));
         }
         return options.hits > 0 ? static_cast<double>(monotonic_ns() - start) / static_cast<double>(options.hits) : 0.0;
     };
     const double hit_ns = time_lookups();
     double hit_current_ns = 0.0;
     {
-        const CudaRuntime::ScopedContext current(runtime);
+        const CudaRuntime::Internals::ScopedContext current(runtime);
         hit_current_ns = time_lookups();
     }
 
-    const ModuleCacheStats stats = runtime.modules().stats();
+    const ModuleCacheStats stats = runtime.internals().modules().stats();
     std::printf("%s spawn_to_main_ns=%lld runtime_ns=%lld first_ns=%lld all_ns=%lld hit_ns=%.3f hit_current_ns=%.3f "
                 "compiles=%llu "
                 "store_loads=%llu sink=%llu\n",

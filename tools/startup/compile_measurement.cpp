@@ -3,9 +3,9 @@
 #include "decode_step.hpp"
 
 #include "nbits/error.hpp"
-#include "nbits/jit/compile.hpp"
-#include "nbits/jit/include_dirs.hpp"
-#include "nbits/kernels.hpp"
+#include "jit/compile.hpp"
+#include "jit/include_dirs.hpp"
+#include "kernels.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -87,7 +87,7 @@ CompileMeasurement measure_compiles(const StartupOptions& options)
 
     const jit::KernelSource tiny("nvrtc_first_use", "extern \"C\" __global__ void nvrtc_first_use() {}\n");
     measurement.nvrtc_first_use_s =
-        timed_compile(module_request(tiny, "", CompileGranularity::Source, jit::Target::ptx(8, 0), {})).wall;
+        timed_compile(module_request(tiny, "", {}, CompileGranularity::Source, jit::Target::ptx(8, 0), {})).wall;
 
     // What a runtime on an H200 compiles cold (PTX), and what nbits-prewarm compiles for it (CUBIN).
     for (const jit::Target& target : {jit::Target::ptx(9, 0), jit::Target::cubin(9, 0)}) {
@@ -97,7 +97,7 @@ CompileMeasurement measure_compiles(const StartupOptions& options)
             std::fprintf(stderr, "nbits-startup: %s round %d of %d\n", target.str().c_str(), r + 1, options.repeats);
             Timed entries_total;
             for (std::string_view entry : kDecodeStepEntries) {
-                const Timed timed = timed_compile(module_request(kernels::source_of_entry(entry), entry,
+                const Timed timed = timed_compile(module_request(kernels::source_of_entry(entry), entry, {},
                                                                  CompileGranularity::Entry, target, include_dirs));
                 entries_total += timed;
                 if (entry == kDecodeStepEntries[0]) {
@@ -109,7 +109,7 @@ CompileMeasurement measure_compiles(const StartupOptions& options)
             Timed sources_total;
             for (const jit::KernelSource* source : step_sources) {
                 const Timed timed =
-                    timed_compile(module_request(*source, "", CompileGranularity::Source, target, include_dirs));
+                    timed_compile(module_request(*source, "", {}, CompileGranularity::Source, target, include_dirs));
                 sources_total += timed;
                 if (source == &first_source) {
                     timed.add_to(times.first_source);

@@ -6,10 +6,10 @@
 #include "spawn_self.hpp"
 
 #include "nbits/error.hpp"
-#include "nbits/jit/disk_cache.hpp"
-#include "nbits/jit/include_dirs.hpp"
-#include "nbits/kernels.hpp"
-#include "nbits/runtime/cuda_runtime.hpp"
+#include "jit/disk_cache.hpp"
+#include "jit/include_dirs.hpp"
+#include "kernels.hpp"
+#include "nbits/runtime.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -26,7 +26,7 @@ double prewarm(const std::string& directory, const jit::Target& target)
     const std::vector<std::string> include_dirs = jit::discover_include_dirs();
     for (std::string_view entry : kDecodeStepEntries) {
         jit::compile_or_load(
-            module_request(kernels::source_of_entry(entry), entry, CompileGranularity::Entry, target, include_dirs),
+            module_request(kernels::source_of_entry(entry), entry, {}, CompileGranularity::Entry, target, include_dirs),
             &cache);
     }
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

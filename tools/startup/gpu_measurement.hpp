@@ -3,6 +3,7 @@
 // Fresh-process time to the decode step's functions, per cache mode.
 
 #include "options.hpp"
+#include "runtime/internals.hpp"
 #include "samples.hpp"
 
 #include <string>
@@ -28,7 +29,7 @@ struct GpuMeasurement {
     int repeats = 0;
     double prewarm_seconds = 0.0;
     std::vector<ModeResult> modes;
-    // Amortized runtime.function() lookup per warm child: from a thread
+    // Amortized runtime.internals().function() lookup per warm child: from a thread
     // without the context current, and from one that has it current.
     Samples hit_ns, hit_current_ns;
     std::int64_t hits = 0;

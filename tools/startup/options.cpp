@@ -1,4 +1,5 @@
 #include "options.hpp"
+#include "runtime/internals.hpp"
 
 #include "command_line.hpp"
 
@@ -20,7 +21,7 @@ tools::CommandLine command_line(StartupOptions& options)
         "Exit codes: 0 measured, 1 a measurement failed, 2 usage error, 3 no GPU.");
     cli.option("repeat", "N", "fresh processes (or compiles) per mode; the median is reported. Default 5",
                [&](const std::string& value) { options.repeats = static_cast<int>(tools::parse_integer(value, 1, 1000)); });
-    cli.option("hits", "N", "runtime.function() lookups timed in process. Default 1000000",
+    cli.option("hits", "N", "runtime.internals().function() lookups timed in process. Default 1000000",
                [&](const std::string& value) { options.hits = tools::parse_integer(value, 1, 1'000'000'000); });
     cli.option("device", "N", "the GPU ordinal. Default 0",
                [&](const std::string& value) { options.device = static_cast<int>(tools::parse_integer(value, 0, 1024)); });

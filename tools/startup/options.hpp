@@ -2,8 +2,8 @@
 
 // What one nbits-startup invocation was asked to do.
 
-#include "nbits/jit/target.hpp"
-#include "nbits/runtime/module_cache.hpp"
+#include "jit/target.hpp"
+#include "runtime/module_cache.hpp"
 
 #include <cstdint>
 #include <string>

@@ -1,10 +1,11 @@
 #include "startup_report.hpp"
+#include "runtime/internals.hpp"
 
 #include "decode_step.hpp"
 #include "json_writer.hpp"
 #include "text_table.hpp"
 
-#include "nbits/jit/compile.hpp"
+#include "jit/compile.hpp"
 
 #include <fmt/format.h>
 
@@ -13,7 +14,7 @@ namespace {
 
 const char* verdict(bool met) { return met ? "MET" : "MISSED"; }
 
-void samples_field(tools::JsonWriter& json, std::string_view name, const Samples& samples)
+void samples_field(JsonWriter& json, std::string_view name, const Samples& samples)
 {
     json.key(name).begin_object();
     json.field("median", samples.median()).field("min", samples.min()).field("max", samples.max());
@@ -24,7 +25,7 @@ void samples_field(tools::JsonWriter& json, std::string_view name, const Samples
     json.end_array().end_object();
 }
 
-void entries_field(tools::JsonWriter& json)
+void entries_field(JsonWriter& json)
 {
     json.key("decode_step_entries").begin_array();
     for (std::string_view entry : kDecodeStepEntries) {
@@ -60,7 +61,7 @@ std::string gpu_table(const GpuMeasurement& m)
                    ms(mode.process_to_all_ms), ms(mode.runtime_init_ms), fmt::format("{:.0f}", mode.compiles.median())});
     }
     text += table.render() + failures;
-    text += fmt::format("\nin-process hit: {:.1f} ns per runtime.function() ({} lookups, round-robin over the step); "
+    text += fmt::format("\nin-process hit: {:.1f} ns per runtime.internals().function() ({} lookups, round-robin over the step); "
                         "{:.1f} ns with the context already current (an engine thread)\n",
                         m.hit_ns.median(), m.hits, m.hit_current_ns.median());
     if (m.failed()) {
@@ -89,7 +90,7 @@ std::string gpu_table(const GpuMeasurement& m)
 
 std::string gpu_json(const GpuMeasurement& m)
 {
-    tools::JsonWriter json;
+    JsonWriter json;
     json.begin_object()
         .field("tool", "nbits-startup")
         .field("measurement", "gpu")
@@ -165,7 +166,7 @@ std::string compile_table(const CompileMeasurement& m)
 
 std::string compile_json(const CompileMeasurement& m)
 {
-    tools::JsonWriter json;
+    JsonWriter json;
     json.begin_object()
         .field("tool", "nbits-startup")
         .field("measurement", "compile-only")

@@ -1,0 +1,54 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace nbits {
+
+// What the driver reported for a device; zero means "reported nothing".
+struct DeviceAttributes {
+    int compute_major = 0;
+    int compute_minor = 0;
+    int max_threads_per_block = 0;
+    int max_threads_per_multiprocessor = 0;
+    int max_shared_memory_per_block = 0;
+    int max_shared_memory_per_block_optin = 0;
+    int multiprocessor_count = 0;
+    std::uint64_t total_memory_bytes = 0;
+    std::string name;
+};
+
+// The device facts kernel selection depends on, read once per runtime.
+struct Capabilities {
+    int compute_major = 0;
+    int compute_minor = 0;
+    std::uint32_t max_threads_per_block = 256;
+    // Resident threads per SM: 2048 on sm_80, sm_90 and sm_100, 1536 on
+    // sm_86, sm_89 and sm_120 class parts.
+    std::uint32_t max_threads_per_multiprocessor = 1536;
+    std::uint32_t max_shared_memory_per_block = 48 * 1024;
+    std::uint32_t max_shared_memory_per_block_optin = 48 * 1024;
+    std::uint32_t multiprocessor_count = 1;
+    std::uint64_t total_memory_bytes = 0;  // 0: unknown
+    std::string name;
+
+    // Applies the original's fallbacks: 256 threads, 48 KiB shared memory,
+    // opt-in = default and never below it, 1 multiprocessor; resident threads
+    // per SM from the compute capability when the driver reports none. A compute
+    // capability with major 0 is Error(UnsupportedDevice).
+    static Capabilities from(const DeviceAttributes& attributes);
+
+    // Named devices for tests and the plan dump.
+    static Capabilities h200();      // sm_90, 132 SMs, 227 KiB opt-in
+    static Capabilities rtx4090();   // sm_89, 128 SMs, 99 KiB opt-in
+    static Capabilities l4();        // sm_89, 58 SMs, 99 KiB opt-in
+    static Capabilities sm89_46();   // sm_89, 46 SMs, 99 KiB opt-in (RTX 4070 class)
+    static Capabilities sm86_28();   // sm_86, 28 SMs, 99 KiB opt-in (RTX 3060 class)
+    static Capabilities a100();      // sm_80, 108 SMs, 163 KiB opt-in
+    static Capabilities rtx5090();   // sm_120, 170 SMs, 99 KiB opt-in, 48 resident warps per SM
+
+    int sm() const { return compute_major * 10 + compute_minor; }
+    std::uint32_t resident_warps_per_multiprocessor() const { return max_threads_per_multiprocessor / 32; }
+};
+
+}  // namespace nbits

@@ -1,0 +1,77 @@
+#pragma once
+
+#include "jit/embedded.hpp"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace nbits::jit {
+
+// One parameter of a kernel entry, as its declaration in the .cu file says.
+struct KernelParameter {
+    enum class Kind { Pointer, Int32, Float32, Unknown };
+    std::string name;
+    Kind kind = Kind::Unknown;
+    // From a `// align N [when CONDITION]` comment after the parameter: the
+    // byte alignment the entry's loads need of the address (1: none), and
+    // the condition under which they do (empty: always).
+    std::uint32_t align = 1;
+    std::string align_when;
+};
+
+// An `extern "C" __global__` entry and its parameters in order.
+struct KernelEntry {
+    std::string name;
+    std::vector<KernelParameter> parameters;
+    // The index of the parameter called `parameter`, or -1.
+    int find(std::string_view parameter) const;
+};
+
+// A header NVRTC resolves by name for `#include "name"`.
+struct Header {
+    std::string name;
+    std::string text;
+};
+
+// One CUDA translation unit as NVRTC sees it: its text, the named headers it
+// reaches through #include "...", and the extern "C" entries it declares.
+// Immutable; its digest is computed once, here, so that looking a compiled
+// function up never hashes the text again.
+class KernelSource {
+public:
+    // Keeps only the headers of `available` reachable from `text` (directly or
+    // through other headers): those, and nothing else, are part of the digest.
+    KernelSource(std::string name, std::string text, const std::vector<Header>& available = {});
+
+    const std::string& name() const { return name_; }
+    const std::string& text() const { return text_; }
+    const std::vector<Header>& headers() const { return headers_; }
+    const std::vector<std::string>& entries() const { return entries_; }
+    // The declaration of `entry`, or nullptr when the source has none.
+    const KernelEntry* entry(std::string_view entry) const;
+    // Hex SHA-256 over the text and the reachable headers' names and texts.
+    const std::string& digest() const { return digest_; }
+    bool has_entry(std::string_view entry) const;
+
+private:
+    std::string name_;
+    std::string text_;
+    std::vector<Header> headers_;
+    std::vector<std::string> entries_;
+    std::vector<KernelEntry> declarations_;
+    std::string digest_;
+};
+
+// The `#include "..."` names in a text, in order of appearance.
+std::vector<std::string> quoted_includes(std::string_view text);
+// The `extern "C" __global__ void [__launch_bounds__(...)] name(...)`
+// declarations in a text, with their parameters.
+std::vector<KernelEntry> declared_entries(std::string_view text);
+
+// Builds one KernelSource per *.cu file of an embedded set; every *.cuh file
+// of the set is available to them as a named header.
+std::vector<KernelSource> sources_from(const EmbeddedFileSet& files);
+
+}  // namespace nbits::jit

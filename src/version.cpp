@@ -1,7 +1,0 @@
-#include "nbits/nbits.hpp"
-
-namespace nbits {
-
-const char* version() { return NBITS_VERSION; }
-
-}  // namespace nbits
