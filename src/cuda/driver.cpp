@@ -79,6 +79,8 @@ Loaded load()
         resolve(get, "cuCtxPushCurrent", d.ctx_push_current, f) &&
         resolve(get, "cuCtxPopCurrent", d.ctx_pop_current, f) &&
         resolve(get, "cuCtxSynchronize", d.ctx_synchronize, f) &&
+        resolve(get, "cuCtxCreate", d.ctx_create, f) &&
+        resolve(get, "cuCtxDestroy", d.ctx_destroy, f) &&
         resolve(get, "cuStreamCreate", d.stream_create, f) &&
         resolve(get, "cuStreamDestroy", d.stream_destroy, f) &&
         resolve(get, "cuStreamSynchronize", d.stream_synchronize, f) &&

@@ -31,6 +31,8 @@ struct Driver {
     decltype(&::cuCtxPushCurrent) ctx_push_current = nullptr;
     decltype(&::cuCtxPopCurrent) ctx_pop_current = nullptr;
     decltype(&::cuCtxSynchronize) ctx_synchronize = nullptr;
+    decltype(&::cuCtxCreate) ctx_create = nullptr;
+    decltype(&::cuCtxDestroy) ctx_destroy = nullptr;
 
     decltype(&::cuStreamCreate) stream_create = nullptr;
     decltype(&::cuStreamDestroy) stream_destroy = nullptr;

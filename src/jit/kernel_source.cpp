@@ -107,27 +107,34 @@ KernelParameter parameter_of(std::string_view declaration)
     return parameter;
 }
 
-// "align 16" or "align 4 when int4" (the text of a comment after a parameter).
+// "align 16", "align 4 when int4", "align 8; align 16 when K%8==0" (the text
+// of a comment after a parameter); anything else is an ordinary comment.
 void annotate(KernelParameter& parameter, std::string_view comment)
 {
-    comment = trim(comment);
-    if (comment.substr(0, 6) != "align ") {
-        return;
-    }
-    comment = trim(comment.substr(6));
-    std::uint32_t bytes = 0;
-    std::size_t digits = 0;
-    while (digits < comment.size() && comment[digits] >= '0' && comment[digits] <= '9') {
-        bytes = bytes * 10 + static_cast<std::uint32_t>(comment[digits] - '0');
-        ++digits;
-    }
-    if (digits == 0 || bytes == 0) {
-        return;
-    }
-    parameter.align = bytes;
-    comment = trim(comment.substr(digits));
-    if (comment.substr(0, 5) == "when ") {
-        parameter.align_when = std::string(trim(comment.substr(5)));
+    while (!comment.empty()) {
+        const std::size_t end = comment.find(';');
+        std::string_view clause = trim(comment.substr(0, end));
+        comment = end == std::string_view::npos ? std::string_view() : comment.substr(end + 1);
+        if (clause.substr(0, 6) != "align ") {
+            return;
+        }
+        clause = trim(clause.substr(6));
+        std::uint32_t bytes = 0;
+        std::size_t digits = 0;
+        while (digits < clause.size() && clause[digits] >= '0' && clause[digits] <= '9') {
+            bytes = bytes * 10 + static_cast<std::uint32_t>(clause[digits] - '0');
+            ++digits;
+        }
+        if (digits == 0 || bytes == 0) {
+            return;
+        }
+        KernelParameter::Alignment alignment;
+        alignment.bytes = bytes;
+        clause = trim(clause.substr(digits));
+        if (clause.substr(0, 5) == "when ") {
+            alignment.when = std::string(trim(clause.substr(5)));
+        }
+        parameter.alignment.push_back(alignment);
     }
 }
 

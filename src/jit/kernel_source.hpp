@@ -12,13 +12,17 @@ namespace nbits::jit {
 // One parameter of a kernel entry, as its declaration in the .cu file says.
 struct KernelParameter {
     enum class Kind { Pointer, Int32, Float32, Unknown };
+    // From a comment after the parameter, `// align N [when CONDITION]`, with
+    // further clauses after ';': the byte alignment the entry's loads need of
+    // the address under each condition (empty: always). The planner takes the
+    // largest that applies.
+    struct Alignment {
+        std::uint32_t bytes = 1;
+        std::string when;
+    };
     std::string name;
     Kind kind = Kind::Unknown;
-    // From a `// align N [when CONDITION]` comment after the parameter: the
-    // byte alignment the entry's loads need of the address (1: none), and
-    // the condition under which they do (empty: always).
-    std::uint32_t align = 1;
-    std::string align_when;
+    std::vector<Alignment> alignment;
 };
 
 // An `extern "C" __global__` entry and its parameters in order.

@@ -132,11 +132,25 @@ bool alignment_applies(const std::string& condition, const PlanRequest& request,
     if (condition.rfind(block_prefix, 0) == 0) {
         return std::to_string(request.config.block_size) == condition.substr(block_prefix.size());
     }
-    constexpr std::string_view k_prefix = "K%";
-    if (condition.rfind(k_prefix, 0) == 0 && condition.size() > 5 &&
-        condition.compare(condition.size() - 3, 3, "==0") == 0) {
-        const std::size_t divisor = std::stoul(condition.substr(2, condition.size() - 5));
-        return divisor != 0 && request.config.k % divisor == 0;
+    // "K%8==0", "N%8==0", "B_ROW%16==0" (the bytes of one column of B): a divisibility the planner can check.
+    const std::size_t percent = condition.find('%');
+    const std::size_t equals = condition.find("==0");
+    if (percent != std::string::npos && equals != std::string::npos && equals + 3 == condition.size()) {
+        const std::string quantity = condition.substr(0, percent);
+        const std::string divisor_text = condition.substr(percent + 1, equals - percent - 1);
+        const std::size_t divisor =
+            divisor_text.empty() || divisor_text.find_first_not_of("0123456789") != std::string::npos
+                ? 0
+                : std::stoul(divisor_text);
+        const MatMulNBitsConfig& config = request.config;
+        const std::optional<std::size_t> value = quantity == "K"       ? std::optional<std::size_t>(config.k)
+                                                 : quantity == "N"     ? std::optional<std::size_t>(config.n)
+                                                 : quantity == "B_ROW" ? std::optional<std::size_t>(
+                                                                             config.k_blocks() * config.blob_size())
+                                                                       : std::nullopt;
+        if (value && divisor != 0) {
+            return *value % divisor == 0;
+        }
     }
     fail_internal(fmt::format("{} declares an alignment condition '{}' the planner does not know", step.entry,
                               condition));
@@ -304,8 +318,10 @@ void StepBuilder::add_to(LaunchPlan& plan, const PlanRequest& request)
         }
         const jit::KernelParameter& parameter = declaration.parameters[i];
         std::uint32_t bytes = static_cast<std::uint32_t>(element_size(tensor->dtype));
-        if (alignment_applies(parameter.align_when, request, *tensor, step_)) {
-            bytes = std::max(bytes, parameter.align);
+        for (const jit::KernelParameter::Alignment& alignment : parameter.alignment) {
+            if (alignment_applies(alignment.when, request, *tensor, step_)) {
+                bytes = std::max(bytes, alignment.bytes);
+            }
         }
         const AlignmentRequirement requirement{*ref, bytes, tensor_label(*ref, gate_up)};
         const bool listed =

@@ -212,25 +212,30 @@ TEST_CASE("kernel declarations carry their parameters and alignment comments")
     REQUIRE(down->parameters.size() == 14);
     CHECK(down->parameters[0].name == "activation");
     CHECK(down->parameters[0].kind == jit::KernelParameter::Kind::Pointer);
-    CHECK(down->parameters[0].align == 16);
+    REQUIRE(down->parameters[0].alignment.size() == 1);
+    CHECK(down->parameters[0].alignment[0].bytes == 16);
+    CHECK(down->parameters[0].alignment[0].when.empty());
     CHECK(down->parameters[6].name == "k");
     CHECK(down->parameters[6].kind == jit::KernelParameter::Kind::Int32);
     const jit::KernelEntry* general = kernels::source("gemv_f16").entry("matmul_nbits_gemv_f16_general_bs");
     REQUIRE(general != nullptr);
-    CHECK(general->parameters[1].align == 4);
-    CHECK(general->parameters[1].align_when == "int4");
+    REQUIRE(general->parameters[1].alignment.size() == 1);
+    CHECK(general->parameters[1].alignment[0].bytes == 4);
+    CHECK(general->parameters[1].alignment[0].when == "int4");
 
     const std::vector<jit::KernelEntry> parsed = jit::declared_entries(
-        "extern \"C\" __global__ void __launch_bounds__(256) f(const float* x,  // align 16 when K%8==0\n"
+        "extern \"C\" __global__ void __launch_bounds__(256) f(const float* x,  // align 8; align 16 when K%8==0\n"
         "    /* (a comment with parentheses) */ int n, float e)\n{}\n"
         "extern \"C\" __global__ void g(void* p) {}\n");
     REQUIRE(parsed.size() == 2);
     CHECK(parsed[0].name == "f");
     REQUIRE(parsed[0].parameters.size() == 3);
-    CHECK(parsed[0].parameters[0].align == 16);
-    CHECK(parsed[0].parameters[0].align_when == "K%8==0");
+    REQUIRE(parsed[0].parameters[0].alignment.size() == 2);
+    CHECK(parsed[0].parameters[0].alignment[0].bytes == 8);
+    CHECK(parsed[0].parameters[0].alignment[1].bytes == 16);
+    CHECK(parsed[0].parameters[0].alignment[1].when == "K%8==0");
     CHECK(parsed[0].parameters[1].name == "n");
-    CHECK(parsed[0].parameters[1].align == 1);
+    CHECK(parsed[0].parameters[1].alignment.empty());
     CHECK(parsed[0].parameters[2].kind == jit::KernelParameter::Kind::Float32);
     CHECK(parsed[1].parameters.size() == 1);
 }

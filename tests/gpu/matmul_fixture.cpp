@@ -175,14 +175,14 @@ RunOutcome run_into(ops::MatMulNBits& op, const std::vector<Tensor>& inputs, Dev
 }
 
 void expect_refused(ops::MatMulNBits& op, const std::vector<Tensor>& inputs, DeviceOutput& output,
-                    const std::string& message)
+                    const std::string& message, const RunOptions& options)
 {
     CudaRuntime& runtime = matmul_gpu();
     output.poison();
     const std::uint64_t live = runtime.counters().live();
     bool refused = false;
     try {
-        op.run(inputs, {output.tensor()});
+        op.run(inputs, {output.tensor()}, options);
     } catch (const Error& error) {
         refused = true;
         CHECK_MESSAGE(std::string(error.what()).find(message) != std::string::npos,

@@ -1,5 +1,6 @@
-// Decode paths that say they are capture-safe record into a CUDA graph and
-// replay with the bytes of an eager run; the others say why not.
+// Paths that say they are capture-safe (every one without g_idx: scratch is
+// stream-ordered) record into a CUDA graph and replay with the bytes of an
+// eager run; the others say why not.
 
 #include "matmul_fixture.hpp"
 
@@ -8,14 +9,6 @@
 using namespace nbits;
 using namespace nbits::test;
 
-namespace {
-
-// The original's reason, word for word.
-constexpr const char* kUnsupportedReason =
-    "requires M==1 decode GEMV without group_indices; prefill is outside the advertised capture contract and "
-    "group_indices validation reads D2H";
-
-}  // namespace
 
 TEST_CASE("every capture-safe path replays from a CUDA graph with the bytes of an eager run")
 {
@@ -27,7 +20,7 @@ TEST_CASE("every capture-safe path replays from a CUDA graph with the bytes of a
         const ops::CaptureSupport support = prepared.op().capture_support();
         CHECK(support.supported == eager.plan.capture_safe);
         if (!support.supported) {
-            CHECK(support.reason == kUnsupportedReason);
+            CHECK(support.reason == ops::kCaptureUnsupportedReason);
             return;
         }
 

@@ -1,0 +1,185 @@
+// Hostile and careless input to the planner: every request either plans
+// launches the device can run, over tensors that can exist, or fails with an
+// nbits::Error that says why, before anything is allocated.
+
+#include "matmul_nbits_fixtures.hpp"
+
+#include "ops/plan_internal.hpp"
+
+#include <limits>
+
+using namespace nbits;
+using namespace nbits::ops;
+using test::desc;
+using test::error_message;
+using test::node;
+using test::problem;
+
+namespace {
+
+test::Shapes f16(std::size_t m = 1)
+{
+    test::Shapes shapes;
+    shapes.m = m;
+    return shapes;
+}
+
+ErrorKind error_kind(const test::Problem& p)
+{
+    try {
+        p.plan();
+    } catch (const Error& error) {
+        return error.kind();
+    }
+    FAIL("the plan succeeded");
+    return ErrorKind::Internal;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("a prefill M beyond CUDA's 65535 grid rows is refused, not planned with grid.y = 65536")
+{
+    const std::size_t m = 1'048'561;  // ceil(m / 16) = 65536
+    for (const NodeAttributes& attributes :
+         {node(4096, 4096), test::marked(node(2560, 4096), kRmsNormPrologueAttr),
+          test::marked(node(2560, 4096), kGateUpSwigluAttr)}) {
+        test::Shapes shapes = f16(m);
+        if (attributes.has(kRmsNormPrologueAttr)) {
+            shapes.gamma = DataType::Float16;
+        }
+        const test::Problem p = problem(attributes, shapes);
+        CHECK(contains(error_message(p), "M=1048561 exceeds CUDA's grid limits"));
+        CHECK(error_kind(p) == ErrorKind::Unsupported);
+    }
+    // One row less fits.
+    CHECK(problem(node(4096, 4096), f16(1'048'560)).plan().steps.size() == 1);
+}
+
+TEST_CASE("required inputs passed as absent are refused")
+{
+    for (const std::size_t slot : {std::size_t{0}, std::size_t{1}, std::size_t{2}}) {
+        CAPTURE(slot);
+        test::Problem p = problem(node(256, 128));
+        p.inputs[slot].present = false;
+        CHECK(contains(error_message(p), "is required but was passed as absent"));
+    }
+    test::Problem y = problem(node(256, 128));
+    y.outputs[0].present = false;
+    CHECK(contains(error_message(y), "Y is required but was passed as absent"));
+    for (const std::size_t slot : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{4}}) {
+        CAPTURE(slot);
+        test::Problem p = problem(test::marked(node(256, 128), kGateUpSwigluAttr));
+        p.inputs[slot].present = false;
+        CHECK(contains(error_message(p), "is required but was passed as absent"));
+    }
+    test::Problem f32 = problem(node(256, 128), [] {
+        test::Shapes shapes;
+        shapes.activation = DataType::Float32;
+        return shapes;
+    }());
+    f32.inputs[1].present = false;
+    CHECK(error_message(f32) == test::prefixed("B is required but was passed as absent. How to fix: pass the tensor "
+                                               "(Tensor::dense); only optional inputs may be Tensor::absent"));
+}
+
+TEST_CASE("the f32 dequantize + cuBLASLt path bounds M to the kernels' 32-bit range")
+{
+    test::Shapes shapes;
+    shapes.activation = DataType::Float32;
+    shapes.m = std::size_t{1} << 40;
+    const test::Problem p = problem(node(4, 8), shapes);
+    CHECK(contains(error_message(p), "M=1099511627776 exceeds the 32-bit int range"));
+}
+
+TEST_CASE("element counts that overflow 64 bits are never mistaken for small or contiguous tensors")
+{
+    const std::size_t huge = std::size_t{1} << 62;
+    TensorDesc wrapped = desc(DataType::Float16, {huge, 4});
+    CHECK_FALSE(wrapped.element_count().has_value());
+    CHECK(wrapped.numel() == std::numeric_limits<std::size_t>::max());
+    wrapped.strides = {1, static_cast<std::int64_t>(huge)};
+    CHECK_FALSE(wrapped.is_contiguous());
+    // The dense-stride product of [2^62 + 1, 4] would overflow int64 (UBSan flagged it).
+    TensorDesc over = desc(DataType::Float16, {huge + 1, 4});
+    over.strides = {4, 1};
+    CHECK_FALSE(over.is_contiguous());
+    CHECK_FALSE(desc(DataType::Float32, {huge, 2}).byte_count().has_value());
+    CHECK(desc(DataType::Float32, {0, huge, huge}).element_count() == std::size_t{0});
+
+    // A bias of 2^63 + 1 rows of 2 is not "2 elements".
+    test::Shapes shapes = f16();
+    shapes.bias = true;
+    test::Problem p = problem(node(256, 2), shapes);
+    p.inputs[5].shape = {(std::size_t{1} << 63) + 1, 2};
+    CHECK(contains(error_message(p), "bias must have 2 elements"));
+
+    // An activation whose byte size cannot be counted.
+    test::Problem a = problem(node(4, 8));
+    a.inputs[0].shape = {huge, 4};
+    a.outputs[0].shape = {huge, 8};
+    CHECK(contains(error_message(a), "holds more bytes than a 64-bit size can count"));
+}
+
+TEST_CASE("dynamic shared memory beyond the device's opt-in limit is refused when planned")
+{
+    test::Shapes shapes = f16();
+    shapes.gamma = DataType::Float16;
+    // The fused RMS-norm decode stages K halves: 256 KiB at K = 131072; the H200 allows 227 KiB.
+    const test::Problem p = problem(test::marked(node(131072, 64), kRmsNormPrologueAttr), shapes);
+    CHECK(contains(error_message(p), "needs 262144 bytes of dynamic shared memory, but NVIDIA H200 allows at most "
+                                     "232448"));
+    CHECK(error_kind(p) == ErrorKind::Unsupported);
+    // 96 KiB fits the H200 and not an sm_86 part with 99 KiB opt-in minus nothing: it fits both.
+    CHECK(problem(test::marked(node(49152, 64), kRmsNormPrologueAttr), shapes).plan().steps.size() == 1);
+}
+
+TEST_CASE("scratch that cannot exist is refused with what it needs and what the device has")
+{
+    test::Shapes shapes = f16(2'147'483'647);
+    shapes.gamma = DataType::Float16;
+    const test::Problem norm = problem(test::marked(node(2560, 64), kRmsNormPrologueAttr), shapes);
+    CHECK(contains(error_message(norm), "the RMS-normalized activation needs 10240.0 GiB of workspace, the device "
+                                        "has 140.0 GiB"));
+    // K x N x 4 bytes of dequantized weights at the 32-bit limits: 16 EiB.
+    test::Shapes f32;
+    f32.activation = DataType::Float32;
+    f32.m = 2;
+    const test::Problem dequant = problem(node(2'147'483'647, 2'147'483'647, 8, 1 << 30), f32);
+    CHECK(contains(error_message(dequant), "the dequantized f32 weight needs 17179869168.0 GiB of workspace, the "
+                                           "device has 140.0 GiB"));
+    CHECK_THROWS_WITH_AS(detail::checked_product(std::size_t{1} << 40, std::size_t{1} << 30, "a size"),
+                         doctest::Contains("a size = 1099511627776 * 1073741824 overflows a 64-bit size"), Error);
+}
+
+TEST_CASE("a config built by hand is validated at the planner's door")
+{
+    const test::Problem good = problem(node(256, 128));
+    for (const auto& [field, value] :
+         {std::pair{"block_size", 0}, std::pair{"block_size", 48}, std::pair{"k", 0}, std::pair{"n", 0},
+          std::pair{"bits", 3}}) {
+        CAPTURE(field);
+        test::Problem p = good;
+        if (std::string(field) == "block_size") {
+            p.config.block_size = static_cast<std::size_t>(value);
+        } else if (std::string(field) == "k") {
+            p.config.k = 0;
+        } else if (std::string(field) == "n") {
+            p.config.n = 0;
+        } else {
+            p.config.bits = 3;
+        }
+        CHECK_THROWS_AS(p.plan(), Error);
+    }
+    const MatMulNBitsConfig defaulted;
+    CHECK_THROWS_WITH_AS(plan_matmul_nbits(defaulted, good.inputs, good.outputs, good.context),
+                         doctest::Contains("attribute 'K' must be in 1..2147483647, got 0"), Error);
+}
+
+TEST_CASE("the planner keeps every block within the device's threads per block")
+{
+    test::Problem p = problem(node(4096, 4096));
+    p.context.capabilities.max_threads_per_block = 128;
+    CHECK(contains(error_message(p), "needs 256 threads per block, but NVIDIA H200 allows at most 128"));
+}
