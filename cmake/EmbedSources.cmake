@@ -2,9 +2,9 @@
 #
 # Turns every *.cu and *.cuh file under DIR into string constants compiled into
 # <target>: a generated C++ file defines `const nbits::jit::EmbeddedFileSet&
-# <qualified-name>()`, listing each file's path relative to DIR, its text and
-# the `extern "C" __global__` entries it declares. The generated file is
-# rebuilt whenever a kernel file changes.
+# <qualified-name>()`, listing each file's path relative to DIR and its text
+# (jit::KernelSource parses the entries and their parameters from it). The
+# generated file is rebuilt whenever a kernel file changes.
 function(nbits_embed_sources target)
   cmake_parse_arguments(ARG "" "FUNCTION;DIR;OUTPUT" "" ${ARGN})
   file(GLOB_RECURSE files CONFIGURE_DEPENDS

@@ -102,7 +102,7 @@ __device__ __forceinline__ void gemv_accuracy4_block32_staged(
 extern "C" __global__ void matmul_nbits_gemv_accuracy4_block32(
     const signed char* quantized_activation,
     const float* activation_scale_ptr,
-    const unsigned char* packed,
+    const unsigned char* packed,  // align 16
     const float* scales,
     const float* bias,
     float* output,
@@ -122,7 +122,7 @@ extern "C" __global__ void matmul_nbits_gemv_accuracy4_block32(
 extern "C" __global__ void matmul_nbits_gemv_accuracy4_block32_stage64(
     const signed char* quantized_activation,
     const float* activation_scale_ptr,
-    const unsigned char* packed,
+    const unsigned char* packed,  // align 16
     const float* scales,
     const float* bias,
     float* output,
@@ -192,7 +192,7 @@ extern "C" __global__ void matmul_nbits_quantize_accuracy4_blockwise(
 extern "C" __global__ void matmul_nbits_gemv_accuracy4_blockwise(
     const signed char* quantized_activation,
     const float* activation_scale_ptr,
-    const unsigned char* packed,
+    const unsigned char* packed,  // align 2 when block_size=128
     const float* scales,
     const unsigned char* zero_points,
     const float* bias,

@@ -7,8 +7,7 @@
 // GEMVs followed by the pointwise silu_mul kernel. 256 threads per CTA
 // (8 columns), grid ceil(n / 8).
 
-#include <cuda_fp16.h>
-
+#include "nbits/half.cuh"
 #include "nbits/int4_f16.cuh"
 #include "nbits/reduce.cuh"
 #include "nbits/rmsnorm_f16.cuh"
@@ -161,10 +160,10 @@ __device__ __forceinline__ void gate_up_swiglu_column(
 // blobs.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_f16_gate_up_swiglu
 extern "C" __global__ void matmul_nbits_gemv_f16_gate_up_swiglu(
-    const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed_gate,
+    const __half* __restrict__ activation,  // align 16
+    const unsigned char* __restrict__ packed_gate,  // align 4
     const __half* __restrict__ scales_gate,
-    const unsigned char* __restrict__ packed_up,
+    const unsigned char* __restrict__ packed_up,  // align 4
     const __half* __restrict__ scales_up,
     const unsigned char* __restrict__ zero_points_gate,
     const unsigned char* __restrict__ zero_points_up,
@@ -186,10 +185,10 @@ extern "C" __global__ void matmul_nbits_gemv_f16_gate_up_swiglu(
 // Both projections carry zero points (same zp_row_bytes).
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_f16_gate_up_swiglu_zp
 extern "C" __global__ void matmul_nbits_gemv_f16_gate_up_swiglu_zp(
-    const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed_gate,
+    const __half* __restrict__ activation,  // align 16
+    const unsigned char* __restrict__ packed_gate,  // align 4
     const __half* __restrict__ scales_gate,
-    const unsigned char* __restrict__ packed_up,
+    const unsigned char* __restrict__ packed_up,  // align 4
     const __half* __restrict__ scales_up,
     const unsigned char* __restrict__ zero_points_gate,
     const unsigned char* __restrict__ zero_points_up,
@@ -213,10 +212,10 @@ extern "C" __global__ void matmul_nbits_gemv_f16_gate_up_swiglu_zp(
 // k % 128 == 0 and k * sizeof(__half) bytes of dynamic shared memory.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_f16_gate_up_swiglu_rmsnorm
 extern "C" __global__ void matmul_nbits_gemv_f16_gate_up_swiglu_rmsnorm(
-    const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed_gate,
+    const __half* __restrict__ activation,  // align 8
+    const unsigned char* __restrict__ packed_gate,  // align 4
     const __half* __restrict__ scales_gate,
-    const unsigned char* __restrict__ packed_up,
+    const unsigned char* __restrict__ packed_up,  // align 4
     const __half* __restrict__ scales_up,
     const unsigned char* __restrict__ zero_points_gate,
     const unsigned char* __restrict__ zero_points_up,
@@ -244,10 +243,10 @@ extern "C" __global__ void matmul_nbits_gemv_f16_gate_up_swiglu_rmsnorm(
 // bound case, so the packed weights are prefetched one step ahead.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_f16_gate_up_swiglu_rmsnorm_zp
 extern "C" __global__ void matmul_nbits_gemv_f16_gate_up_swiglu_rmsnorm_zp(
-    const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed_gate,
+    const __half* __restrict__ activation,  // align 8
+    const unsigned char* __restrict__ packed_gate,  // align 4
     const __half* __restrict__ scales_gate,
-    const unsigned char* __restrict__ packed_up,
+    const unsigned char* __restrict__ packed_up,  // align 4
     const __half* __restrict__ scales_up,
     const unsigned char* __restrict__ zero_points_gate,
     const unsigned char* __restrict__ zero_points_up,

@@ -4,8 +4,7 @@
 // output through fold_bias_f16. No tensor cores, async copies or
 // architecture-specific PTX.
 
-#include <cuda_fp16.h>
-
+#include "nbits/half.cuh"
 #include "nbits/scale_bias_f16.cuh"
 #include "nbits/zero_point.cuh"
 
@@ -39,7 +38,7 @@ __device__ __forceinline__ void load_activation_tile_f16(
 // blocks per byte in rows of ceil(k_blocks / 2) bytes (default 8).
 __device__ __forceinline__ float dequantize_weight_f16_gemm(
     const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const int global_column,
     const int k_blocks,
@@ -51,7 +50,7 @@ __device__ __forceinline__ float dequantize_weight_f16_gemm(
     const long int4_blob)
 {
     const long scale_index = (long)global_column * k_blocks + block;
-    const float scale = load_f16_or_f32(scales_raw, scales_fp16, scale_index);
+    const float scale = load_f16_or_f32(scales, scales_fp16, scale_index);
     int quantized;
     int zero_point;
     if (bits == 8) {
@@ -107,7 +106,7 @@ __device__ __forceinline__ void store_gemm_output_f16(
 extern "C" __global__ void matmul_nbits_gemm_f16(
     const __half* __restrict__ activation,
     const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const __half* __restrict__ bias,
     __half* __restrict__ output,
@@ -137,7 +136,7 @@ extern "C" __global__ void matmul_nbits_gemm_f16(
             const int depth = block * 32 + within;
             float weight = 0.0f;
             if (global_column < n && depth < k) {
-                weight = dequantize_weight_f16_gemm(packed, scales_raw,
+                weight = dequantize_weight_f16_gemm(packed, scales,
                     zero_points, global_column, k_blocks, block, within, bits,
                     scales_fp16, 32, 16);
             }
@@ -166,7 +165,7 @@ extern "C" __global__ void matmul_nbits_gemm_f16(
 extern "C" __global__ void matmul_nbits_gemm_f16_general_bs(
     const __half* __restrict__ activation,
     const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const __half* __restrict__ bias,
     __half* __restrict__ output,
@@ -201,7 +200,7 @@ extern "C" __global__ void matmul_nbits_gemm_f16_general_bs(
             if (global_column < n && depth < k) {
                 const int block = depth / block_size;
                 const int within_block = depth - block * block_size;
-                weight = dequantize_weight_f16_gemm(packed, scales_raw,
+                weight = dequantize_weight_f16_gemm(packed, scales,
                     zero_points, global_column, k_blocks, block, within_block,
                     bits, scales_fp16, blob_size, blob_size);
             }

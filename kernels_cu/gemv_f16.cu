@@ -3,10 +3,9 @@
 // Unless stated otherwise an entry runs one warp per output column,
 // blockDim.x / 32 columns per CTA, and needs no dynamic shared memory.
 
-#include <cuda_fp16.h>
-
 #include "nbits/four_lane_dot_f16.cuh"
 #include "nbits/gemv_scales_f16.cuh"
+#include "nbits/half.cuh"
 #include "nbits/int4_f16.cuh"
 #include "nbits/reduce.cuh"
 #include "nbits/scale_bias_f16.cuh"
@@ -54,9 +53,9 @@ __device__ __forceinline__ void store_split_k_column_f16(
 // and 8-byte aligned packed rows.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_int8_f16
 extern "C" __global__ void matmul_nbits_gemv_int8_f16(
-    const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const __half* __restrict__ activation,  // align 16
+    const unsigned char* __restrict__ packed,  // align 8
+    const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const __half* __restrict__ bias,
     __half* __restrict__ output,
@@ -81,7 +80,7 @@ extern "C" __global__ void matmul_nbits_gemv_int8_f16(
                     k_blocks, block, quarter, zero_point);
             },
             [&](const int block) {
-                return load_f16_or_f32(scales_raw, scales_fp16,
+                return load_f16_or_f32(scales, scales_fp16,
                     (long)column * k_blocks + block);
             });
     }
@@ -100,9 +99,9 @@ extern "C" __global__ void matmul_nbits_gemv_int8_f16(
 // 8 columns per CTA (blockDim.x <= 512).
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_int8_f16_splitk
 extern "C" __global__ void matmul_nbits_gemv_int8_f16_splitk(
-    const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const __half* __restrict__ activation,  // align 16
+    const unsigned char* __restrict__ packed,  // align 8
+    const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const __half* __restrict__ bias,
     __half* __restrict__ output,
@@ -130,7 +129,7 @@ extern "C" __global__ void matmul_nbits_gemv_int8_f16_splitk(
                     k_blocks, block, quarter, zero_point);
             },
             [&](const int block) {
-                return load_f16_or_f32(scales_raw, scales_fp16,
+                return load_f16_or_f32(scales, scales_fp16,
                     (long)column * k_blocks + block);
             });
     }
@@ -147,8 +146,8 @@ extern "C" __global__ void matmul_nbits_gemv_int8_f16_splitk(
 // products. Needs 16-byte aligned activation and 4-byte aligned blobs.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_f16
 extern "C" __global__ void matmul_nbits_gemv_f16(
-    const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed,
+    const __half* __restrict__ activation,  // align 16
+    const unsigned char* __restrict__ packed,  // align 4
     const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const __half* __restrict__ bias,
@@ -220,7 +219,7 @@ extern "C" __global__ void matmul_nbits_gemv_f16(
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_f16_general_bs
 extern "C" __global__ void matmul_nbits_gemv_f16_general_bs(
     const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed,
+    const unsigned char* __restrict__ packed,  // align 4 when int4
     const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const __half* __restrict__ bias,
@@ -288,9 +287,9 @@ extern "C" __global__ void matmul_nbits_gemv_f16_general_bs(
 // ignored), symmetric: see gemv_scales_f16_column.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_f16_scales_f16
 extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16(
-    const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const __half* __restrict__ activation,  // align 16
+    const unsigned char* __restrict__ packed,  // align 4
+    const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const __half* __restrict__ bias,
     __half* __restrict__ output,
@@ -308,7 +307,7 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16(
     const int lane = (int)threadIdx.x & 31;
     const int column = (int)blockIdx.x * ((int)blockDim.x >> 5) + ((int)threadIdx.x >> 5);
     gemv_scales_f16_column<false>(activation, packed,
-        reinterpret_cast<const __half*>(scales_raw), zero_points, bias, output,
+        reinterpret_cast<const __half*>(scales), zero_points, bias, output,
         k, n, k_blocks, blob_size, zp_row_bytes, bias_post_round, column, lane);
 }
 #endif
@@ -316,9 +315,9 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16(
 // matmul_nbits_gemv_f16_scales_f16 for weights with zero points.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_f16_scales_f16_zp
 extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_zp(
-    const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const __half* __restrict__ activation,  // align 16
+    const unsigned char* __restrict__ packed,  // align 4
+    const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const __half* __restrict__ bias,
     __half* __restrict__ output,
@@ -336,7 +335,7 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_zp(
     const int lane = (int)threadIdx.x & 31;
     const int column = (int)blockIdx.x * ((int)blockDim.x >> 5) + ((int)threadIdx.x >> 5);
     gemv_scales_f16_column<true>(activation, packed,
-        reinterpret_cast<const __half*>(scales_raw), zero_points, bias, output,
+        reinterpret_cast<const __half*>(scales), zero_points, bias, output,
         k, n, k_blocks, blob_size, zp_row_bytes, bias_post_round, column, lane);
 }
 #endif
@@ -349,9 +348,9 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_zp(
 // blockDim.x / 32 a multiple of k_split with at most 8 columns per CTA.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_f16_scales_f16_zp_splitk
 extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_zp_splitk(
-    const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const __half* __restrict__ activation,  // align 16
+    const unsigned char* __restrict__ packed,  // align 4
+    const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const __half* __restrict__ bias,
     __half* __restrict__ output,
@@ -366,8 +365,8 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_zp_splitk(
 {
     (void)block_size;
     (void)scales_fp16;
-    const __half* __restrict__ scales =
-        reinterpret_cast<const __half*>(scales_raw);
+    const __half* __restrict__ half_scales =
+        reinterpret_cast<const __half*>(scales);
     const int tid = (int)threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
@@ -389,7 +388,7 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_zp_splitk(
             packed + (long)column * k_blocks * blob_size +
             (long)(depth_base >> 5) * blob_size + lane * 4;
         const __half* scale_ptr =
-            scales + (long)column * k_blocks + (depth_base >> 5) + (lane >> 2);
+            half_scales + (long)column * k_blocks + (depth_base >> 5) + (lane >> 2);
         for (; depth_base + 256 <= k; depth_base += k_split * 256) {
             const unsigned int packed_word =
                 *reinterpret_cast<const unsigned int*>(packed_ptr);
@@ -422,7 +421,7 @@ template <int Cols>
 __device__ __forceinline__ void gemv_scales_f16_down(
     const __half* __restrict__ activation,
     const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const void* __restrict__ scales,
     const __half* __restrict__ bias,
     __half* __restrict__ output,
     const int n,
@@ -431,8 +430,8 @@ __device__ __forceinline__ void gemv_scales_f16_down(
     const int bias_post_round)
 {
     __shared__ float warp_sums[8][Cols];
-    const __half* __restrict__ scales =
-        reinterpret_cast<const __half*>(scales_raw);
+    const __half* __restrict__ half_scales =
+        reinterpret_cast<const __half*>(scales);
     const int tid = (int)threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
@@ -457,7 +456,7 @@ __device__ __forceinline__ void gemv_scales_f16_down(
                     ((long)column * k_blocks + block) * blob_size;
                 const uint4 packed_weights =
                     *reinterpret_cast<const uint4*>(packed + packed_start);
-                const __half scale = scales[(long)column * k_blocks + block];
+                const __half scale = half_scales[(long)column * k_blocks + block];
                 values[tile_column] += dot_int4x32_f16_permuted_scaled(
                     packed_weights,
                     activation0,
@@ -497,9 +496,9 @@ __device__ __forceinline__ void gemv_scales_f16_down(
 // 8 columns per CTA (grid ceil(n / 8)).
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_f16_scales_f16_down
 extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_down(
-    const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const __half* __restrict__ activation,  // align 16
+    const unsigned char* __restrict__ packed,  // align 16
+    const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const __half* __restrict__ bias,
     __half* __restrict__ output,
@@ -517,7 +516,7 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_down(
     (void)zero_points;
     (void)zp_row_bytes;
     (void)scales_fp16;
-    gemv_scales_f16_down<8>(activation, packed, scales_raw, bias, output, n,
+    gemv_scales_f16_down<8>(activation, packed, scales, bias, output, n,
         k_blocks, blob_size, bias_post_round);
 }
 #endif
@@ -525,9 +524,9 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_down(
 // 4 columns per CTA (grid ceil(n / 4)), for grid-starved small-n shapes.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_f16_scales_f16_down_c4
 extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_down_c4(
-    const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const __half* __restrict__ activation,  // align 16
+    const unsigned char* __restrict__ packed,  // align 16
+    const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const __half* __restrict__ bias,
     __half* __restrict__ output,
@@ -545,7 +544,7 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_down_c4(
     (void)zero_points;
     (void)zp_row_bytes;
     (void)scales_fp16;
-    gemv_scales_f16_down<4>(activation, packed, scales_raw, bias, output, n,
+    gemv_scales_f16_down<4>(activation, packed, scales, bias, output, n,
         k_blocks, blob_size, bias_post_round);
 }
 #endif
@@ -553,9 +552,9 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_down_c4(
 // 2 columns per CTA (grid ceil(n / 2)), for grid-starved small-n shapes.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_f16_scales_f16_down_c2
 extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_down_c2(
-    const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const __half* __restrict__ activation,  // align 16
+    const unsigned char* __restrict__ packed,  // align 16
+    const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const __half* __restrict__ bias,
     __half* __restrict__ output,
@@ -573,7 +572,7 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_down_c2(
     (void)zero_points;
     (void)zp_row_bytes;
     (void)scales_fp16;
-    gemv_scales_f16_down<2>(activation, packed, scales_raw, bias, output, n,
+    gemv_scales_f16_down<2>(activation, packed, scales, bias, output, n,
         k_blocks, blob_size, bias_post_round);
 }
 #endif

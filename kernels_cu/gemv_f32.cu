@@ -152,7 +152,7 @@ extern "C" __global__ void matmul_nbits_gemv_int8_f32_block128(
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_int4_f32_block128
 extern "C" __global__ void matmul_nbits_gemv_int4_f32_block128(
     const float* activation,
-    const unsigned char* packed,
+    const unsigned char* packed,  // align 4
     const float* scales,
     const unsigned char* zero_points,
     const float* bias,

@@ -2,8 +2,7 @@
 // up GEMMs wrote fp16 outputs, y = fp16(silu(gate) * up) element-wise. Uses
 // the gate/up SwiGLU kernels' silu, so prefill and decode round identically.
 
-#include <cuda_fp16.h>
-
+#include "nbits/half.cuh"
 #include "nbits/silu.cuh"
 
 // fp16(silu(a) * b), each step explicitly rounded.

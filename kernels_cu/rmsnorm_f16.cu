@@ -8,10 +8,9 @@
 // 16-byte aligned activation, and k * sizeof(__half) bytes of dynamic shared
 // memory for the staged activation (above 48 KiB the host must opt in).
 
-#include <cuda_fp16.h>
-
 #include "nbits/four_lane_dot_f16.cuh"
 #include "nbits/gemv_scales_f16.cuh"
+#include "nbits/half.cuh"
 #include "nbits/reduce.cuh"
 #include "nbits/rmsnorm_f16.cuh"
 #include "nbits/scale_bias_f16.cuh"
@@ -23,7 +22,7 @@ template <bool HasZp>
 __device__ __forceinline__ void gemv_scales_f16_rmsnorm(
     const __half* __restrict__ activation,
     const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const void* __restrict__ gamma,
     const __half* __restrict__ bias,
@@ -42,7 +41,7 @@ __device__ __forceinline__ void gemv_scales_f16_rmsnorm(
     const int lane = (int)threadIdx.x & 31;
     const int column = (int)blockIdx.x * ((int)blockDim.x >> 5) + ((int)threadIdx.x >> 5);
     gemv_scales_f16_column<HasZp>(staged, packed,
-        reinterpret_cast<const __half*>(scales_raw), zero_points, bias, output,
+        reinterpret_cast<const __half*>(scales), zero_points, bias, output,
         k, n, k_blocks, blob_size, zp_row_bytes, bias_post_round, column, lane);
 }
 
@@ -52,7 +51,7 @@ template <bool HasZp>
 __device__ __forceinline__ void gemv_int8_scales_f16_rmsnorm(
     const __half* __restrict__ activation,
     const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const void* __restrict__ gamma,
     const __half* __restrict__ bias,
@@ -68,8 +67,8 @@ __device__ __forceinline__ void gemv_int8_scales_f16_rmsnorm(
         activation, gamma, gamma_is_half, k, epsilon);
     const int lane = (int)threadIdx.x & 31;
     const int column = (int)blockIdx.x * ((int)blockDim.x >> 5) + ((int)threadIdx.x >> 5);
-    const __half* __restrict__ scales =
-        reinterpret_cast<const __half*>(scales_raw);
+    const __half* __restrict__ half_scales =
+        reinterpret_cast<const __half*>(scales);
 
     float value = 0.0f;
     if (column < n) {
@@ -81,7 +80,7 @@ __device__ __forceinline__ void gemv_int8_scales_f16_rmsnorm(
                     k_blocks, block, quarter, zero_point);
             },
             [&](const int block) {
-                return __half2float(scales[(long)column * k_blocks + block]);
+                return __half2float(half_scales[(long)column * k_blocks + block]);
             });
     }
     value = warp_sum(value);
@@ -93,9 +92,9 @@ __device__ __forceinline__ void gemv_int8_scales_f16_rmsnorm(
 // Symmetric int4.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_f16_scales_f16_rmsnorm
 extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_rmsnorm(
-    const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const __half* __restrict__ activation,  // align 8
+    const unsigned char* __restrict__ packed,  // align 4
+    const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const void* __restrict__ gamma,
     const __half* __restrict__ bias,
@@ -109,7 +108,7 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_rmsnorm(
     const int gamma_is_half,
     const float epsilon)
 {
-    gemv_scales_f16_rmsnorm<false>(activation, packed, scales_raw, zero_points,
+    gemv_scales_f16_rmsnorm<false>(activation, packed, scales, zero_points,
         gamma, bias, output, k, n, k_blocks, blob_size, zp_row_bytes,
         bias_post_round, gamma_is_half, epsilon);
 }
@@ -118,9 +117,9 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_rmsnorm(
 // int4 with zero points.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_f16_scales_f16_rmsnorm_zp
 extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_rmsnorm_zp(
-    const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const __half* __restrict__ activation,  // align 8
+    const unsigned char* __restrict__ packed,  // align 4
+    const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const void* __restrict__ gamma,
     const __half* __restrict__ bias,
@@ -134,7 +133,7 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_rmsnorm_zp(
     const int gamma_is_half,
     const float epsilon)
 {
-    gemv_scales_f16_rmsnorm<true>(activation, packed, scales_raw, zero_points,
+    gemv_scales_f16_rmsnorm<true>(activation, packed, scales, zero_points,
         gamma, bias, output, k, n, k_blocks, blob_size, zp_row_bytes,
         bias_post_round, gamma_is_half, epsilon);
 }
@@ -143,9 +142,9 @@ extern "C" __global__ void matmul_nbits_gemv_f16_scales_f16_rmsnorm_zp(
 // Symmetric int8 (zero point 128).
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_int8_f16_scales_f16_rmsnorm
 extern "C" __global__ void matmul_nbits_gemv_int8_f16_scales_f16_rmsnorm(
-    const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const __half* __restrict__ activation,  // align 8
+    const unsigned char* __restrict__ packed,  // align 8
+    const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const void* __restrict__ gamma,
     const __half* __restrict__ bias,
@@ -157,7 +156,7 @@ extern "C" __global__ void matmul_nbits_gemv_int8_f16_scales_f16_rmsnorm(
     const int gamma_is_half,
     const float epsilon)
 {
-    gemv_int8_scales_f16_rmsnorm<false>(activation, packed, scales_raw,
+    gemv_int8_scales_f16_rmsnorm<false>(activation, packed, scales,
         zero_points, gamma, bias, output, k, n, k_blocks, bias_post_round,
         gamma_is_half, epsilon);
 }
@@ -166,9 +165,9 @@ extern "C" __global__ void matmul_nbits_gemv_int8_f16_scales_f16_rmsnorm(
 // int8 with one zero-point byte per block.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_gemv_int8_f16_scales_f16_rmsnorm_zp
 extern "C" __global__ void matmul_nbits_gemv_int8_f16_scales_f16_rmsnorm_zp(
-    const __half* __restrict__ activation,
-    const unsigned char* __restrict__ packed,
-    const void* __restrict__ scales_raw,
+    const __half* __restrict__ activation,  // align 8
+    const unsigned char* __restrict__ packed,  // align 8
+    const void* __restrict__ scales,
     const unsigned char* __restrict__ zero_points,
     const void* __restrict__ gamma,
     const __half* __restrict__ bias,
@@ -180,7 +179,7 @@ extern "C" __global__ void matmul_nbits_gemv_int8_f16_scales_f16_rmsnorm_zp(
     const int gamma_is_half,
     const float epsilon)
 {
-    gemv_int8_scales_f16_rmsnorm<true>(activation, packed, scales_raw,
+    gemv_int8_scales_f16_rmsnorm<true>(activation, packed, scales,
         zero_points, gamma, bias, output, k, n, k_blocks, bias_post_round,
         gamma_is_half, epsilon);
 }
@@ -193,8 +192,8 @@ extern "C" __global__ void matmul_nbits_gemv_int8_f16_scales_f16_rmsnorm_zp(
 // fp16(x * inv_std * gamma), gamma fp16 or fp32.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_matmul_nbits_rmsnorm_f16_warp_half4
 extern "C" __global__ void matmul_nbits_rmsnorm_f16_warp_half4(
-    const __half* __restrict__ activation,
-    const void* __restrict__ gamma,
+    const __half* __restrict__ activation,  // align 8
+    const void* __restrict__ gamma,  // align 8 when fp16
     __half* __restrict__ normalized,
     const int norm_size,
     const int num_groups,

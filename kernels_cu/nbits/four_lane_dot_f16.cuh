@@ -2,7 +2,7 @@
 // (matmul_nbits_gemv_f16, the int8 GEMVs and the int8 RMS-norm GEMV).
 #pragma once
 
-#include <cuda_fp16.h>
+#include "nbits/half.cuh"
 
 // One warp computes one output column. Four adjacent lanes share a block
 // (lane quarter q = lane % 4 takes 8 consecutive K elements of it), so a warp

@@ -4,8 +4,7 @@
 // RMS-norm entries), so both paths round identically.
 #pragma once
 
-#include <cuda_fp16.h>
-
+#include "nbits/half.cuh"
 #include "nbits/int4_f16.cuh"
 #include "nbits/reduce.cuh"
 #include "nbits/scale_bias_f16.cuh"

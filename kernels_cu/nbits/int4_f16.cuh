@@ -3,8 +3,7 @@
 // half2 accumulation, and the fixed-order fp32 reductions of the half2 sums.
 #pragma once
 
-#include <cuda_fp16.h>
-
+#include "nbits/half.cuh"
 #include "nbits/zero_point.cuh"
 
 // fp16x2 {8.0, 8.0}: the subtrahend of the symmetric int4 zero point.

@@ -4,8 +4,7 @@
 // path produces the same normalized fp16 activation.
 #pragma once
 
-#include <cuda_fp16.h>
-
+#include "nbits/half.cuh"
 #include "nbits/scale_bias_f16.cuh"
 
 // Four fp16 values read or written as one 8-byte word.

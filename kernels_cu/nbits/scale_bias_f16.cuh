@@ -2,7 +2,7 @@
 // families.
 #pragma once
 
-#include <cuda_fp16.h>
+#include "nbits/half.cuh"
 
 // Reads element `index` of a tensor that is fp16 when `is_half` is set and
 // fp32 otherwise (block scales, RMS-norm gamma). fp32 values are used at full

@@ -9,7 +9,6 @@ struct EmbeddedFile {
     const char* path;            // relative to the embedded directory, e.g. "nbits/reduce.cuh"
     const char* text;
     std::size_t size;
-    const char* const* entries;  // extern "C" __global__ names, nullptr-terminated
 };
 
 struct EmbeddedFileSet {

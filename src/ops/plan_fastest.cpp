@@ -1,12 +1,438 @@
-// KernelPolicy::Fastest: nbits' own kernels for the nodes they cover.
+// KernelPolicy::Fastest: nbits' own kernels, specialised by the JIT on the
+// node (K, bits, block size, zero points, dtypes, bias, fusions) and on the
+// GPU, reading ONNX Runtime's weight layout as handed over.
+//   M <= 16         matmul_decode.cu: tensor-core GEMV that streams the weights once
+//   16 < M <= 128   matmul_prefill.cu: fused dequantising tensor-core GEMM
+//   M > 128         matmul_prefill.cu: dequantise chunks of columns into scratch, then cuBLASLt
+// The RMS-norm prologue is fused into the decode kernel; at prefill it
+// normalises chunks of rows into scratch first. Scratch never exceeds
+// kWorkspaceBudget, whatever the shape.
 
 #include "ops/plan_internal.hpp"
 
-namespace nbits::ops::detail {
+#include <fmt/format.h>
 
-bool plan_fastest(LaunchPlan& /*plan*/, const FastestRequest& /*fastest*/)
+#include <algorithm>
+#include <optional>
+
+namespace nbits::ops::detail {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+// The most scratch a Fastest run takes: chunks are sized to fit.
+constexpr std::size_t kWorkspaceBudget = 64 * kMiB;
+constexpr std::size_t kGemmWorkspaceBytes = 16 * kMiB;
+constexpr std::size_t kNormalizedBudget = 8 * kMiB;
+constexpr std::size_t kGateBudget = 16 * kMiB;
+// Columns of a dequantised weight chunk are a multiple of this (cuBLASLt tiles).
+constexpr std::size_t kChunkColumns = 64;
+constexpr std::size_t kFusedMaxM = 128;
+constexpr std::size_t kDecodeMaxM = 16;
+constexpr std::uint32_t kElementwiseThreads = 256;
+constexpr std::uint32_t kDequantizeThreads = 256;
+constexpr std::uint32_t kDequantizeUnits = 4;
+constexpr std::uint32_t kNormThreads = 256;
+
+constexpr int kGammaSlot = 6;
+
+std::size_t div_ceil(std::size_t value, std::size_t divisor) { return (value + divisor - 1) / divisor; }
+
+// The -D specialisation every nbits kernel reads.
+struct Specialisation {
+    const FastestRequest& fastest;
+
+    void common(StepBuilder& step) const
+    {
+        const MatMulNBitsConfig& config = fastest.request.config;
+        step.define("NBITS_ACT_BF16", fastest.operands.activation_type == DataType::BFloat16 ? 1 : 0)
+            .define("NBITS_SCALE_F32", fastest.operands.scale_type == DataType::Float32 ? 1 : 0)
+            .define("NBITS_BITS", static_cast<std::int64_t>(config.bits))
+            .define("NBITS_BLOCK_SIZE", static_cast<std::int64_t>(config.block_size))
+            .define("NBITS_K", static_cast<std::int64_t>(config.k))
+            .define("NBITS_HAS_ZP", fastest.operands.has_zero_points() ? 1 : 0);
+    }
+    // 0 none, 1 plain y = T(acc + bias), 2 folded y = T(T(acc) + bias).
+    int bias_mode() const
+    {
+        if (!fastest.operands.has_bias()) {
+            return 0;
+        }
+        return fastest.request.config.fold_bias_post_round ? 2 : 1;
+    }
+    bool gamma_f32() const { return fastest.gamma != nullptr && fastest.gamma->type == DataType::Float32; }
+};
+
+// A tile configuration of the fused prefill GEMM (matmul_prefill.cu).
+struct PrefillTiles {
+    int tile_n, tile_m, tile_k, warps_n, warps_m, warps_k, stages, min_ctas;
+    std::uint32_t threads() const { return static_cast<std::uint32_t>(32 * warps_n * warps_m * warps_k); }
+};
+
+// The presets that measured fastest on an H200 by M (the harness of
+// matmul_prefill.cu), before the constraints of the node and the device.
+PrefillTiles preset_for(std::size_t m, std::size_t k)
 {
-    return false;
+    if (m <= 16) {
+        return {64, 16, 256, 4, 1, 2, 4, 1};
+    }
+    if (m <= 32) {
+        return {64, 32, 256, 4, 1, 2, 4, 1};
+    }
+    if (m <= 64) {
+        return k >= 4096 ? PrefillTiles{128, 64, 128, 4, 1, 2, 4, 1} : PrefillTiles{64, 32, 128, 4, 1, 1, 4, 1};
+    }
+    return {128, 128, 64, 4, 2, 1, 4, 2};
+}
+
+// The dynamic shared memory of a fused prefill CTA, as matmul_prefill.cu
+// computes it (kSmemBytes).
+std::size_t prefill_shared_bytes(const PrefillTiles& t, const MatMulNBitsConfig& config, std::size_t scale_bytes,
+                                 bool zero_points)
+{
+    const std::size_t tile_k = static_cast<std::size_t>(t.tile_k);
+    const std::size_t blocks_per_stage = tile_k >= config.block_size ? tile_k / config.block_size : 1;
+    const std::size_t scale_words = ((scale_bytes >= 4 ? 0 : 4 - scale_bytes) + blocks_per_stage * scale_bytes - 1) / 4 + 1;
+    const std::size_t zp_bytes =
+        config.bits == 4 ? (blocks_per_stage == 1 ? 1 : blocks_per_stage / 2 + 1) : blocks_per_stage;
+    const std::size_t zp_words = (zp_bytes + 2) / 4 + 1;
+    const std::size_t raw = static_cast<std::size_t>(t.tile_n) * tile_k * config.bits / 8 +
+                            static_cast<std::size_t>(t.tile_m) * tile_k * 2 +
+                            static_cast<std::size_t>(t.tile_n) * 4 * (scale_words + (zero_points ? zp_words : 0));
+    const std::size_t stage = (raw + 15) / 16 * 16;
+    const std::size_t reduction = static_cast<std::size_t>(t.warps_k) * t.tile_m * (t.tile_n + 4) * 4;
+    return std::max(static_cast<std::size_t>(t.stages) * stage, reduction);
+}
+
+// The preset adapted to the node and the device: a thread's k range must lie
+// in one quantization block, and the stages must fit the opt-in shared memory.
+std::optional<PrefillTiles> fit_tiles(PrefillTiles t, const FastestRequest& fastest, std::size_t& shared_bytes)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    while (8 * (t.tile_k / t.warps_k / 32) > static_cast<int>(config.block_size)) {
+        if (t.tile_k > 64) {
+            t.tile_k /= 2;
+        } else if (t.warps_k > 1) {
+            t.warps_k /= 2;
+        } else {
+            return std::nullopt;
+        }
+    }
+    const std::size_t scale_bytes = element_size(fastest.operands.scale_type);
+    const std::uint32_t optin = fastest.request.context.capabilities.max_shared_memory_per_block_optin;
+    for (; t.stages >= 2; --t.stages) {
+        shared_bytes = prefill_shared_bytes(t, config, scale_bytes, fastest.operands.has_zero_points());
+        if (shared_bytes <= optin) {
+            return t;
+        }
+    }
+    return std::nullopt;
+}
+
+void tile_defines(StepBuilder& step, const PrefillTiles& t)
+{
+    step.define("NBITS_TILE_N", t.tile_n)
+        .define("NBITS_TILE_M", t.tile_m)
+        .define("NBITS_TILE_K", t.tile_k)
+        .define("NBITS_WARPS_N", t.warps_n)
+        .define("NBITS_WARPS_M", t.warps_m)
+        .define("NBITS_WARPS_K", t.warps_k)
+        .define("NBITS_STAGES", t.stages)
+        .define("NBITS_MIN_CTAS", t.min_ctas);
+}
+
+// Columns per dequantised chunk: whole cuBLASLt tiles of 64 where they fit,
+// else a multiple of 8 (16-byte rows of Y), at least 8.
+std::size_t whole_tiles(std::size_t columns)
+{
+    return columns >= kChunkColumns ? columns / kChunkColumns * kChunkColumns : std::max<std::size_t>(columns / 8 * 8, 8);
+}
+
+// Rows [row, row + rows) of a row-major tensor whose rows are `row_bytes` apart.
+BufferRef rows_of(BufferRef tensor, std::size_t row, std::size_t row_bytes) { return tensor.at(row * row_bytes); }
+
+// Normalises rows of A into `normalized` (RMS-norm prologue at prefill).
+void add_rmsnorm_rows(LaunchPlan& plan, const FastestRequest& fastest, BufferRef activation, BufferRef normalized,
+                      std::size_t rows)
+{
+    const Specialisation spec{fastest};
+    StepBuilder step("nbits_rmsnorm_rows", "nbits RMS-norm rows");
+    step.arg("a", activation)
+        .arg("gamma", fastest.gamma->tensor)
+        .arg("out", normalized)
+        .size_arg("rows", rows, "M")
+        .arg("epsilon", fastest.request.config.rmsnorm_epsilon)
+        .define("NBITS_ACT_BF16", fastest.operands.activation_type == DataType::BFloat16 ? 1 : 0)
+        .define("NBITS_GAMMA_F32", spec.gamma_f32() ? 1 : 0)
+        .define("NBITS_K", static_cast<std::int64_t>(fastest.request.config.k))
+        .define("NBITS_NORM_THREADS", kNormThreads)
+        .grid(grid_extent(rows, 1, kMaxGridX, "M"))
+        .block(kNormThreads)
+        .add_to(plan, fastest.request);
+}
+
+// The fused GEMM (or the paired gate/up kernel) over `rows` rows.
+bool add_fused_prefill(LaunchPlan& plan, const FastestRequest& fastest, BufferRef activation, std::size_t row,
+                       std::size_t rows)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    std::size_t shared_bytes = 0;
+    const std::optional<PrefillTiles> tiles = fit_tiles(preset_for(rows, config.k), fastest, shared_bytes);
+    if (!tiles) {
+        return false;
+    }
+    const std::size_t y_row_bytes = config.n * element_size(fastest.operands.activation_type);
+    const Specialisation spec{fastest};
+    const HalfOperands& o = fastest.operands;
+    if (fastest.up != nullptr) {
+        StepBuilder step("nbits_prefill_gate_up", "nbits fused gate/up SwiGLU prefill GEMM");
+        step.arg("a", activation)
+            .arg("b_gate", o.packed)
+            .arg("scales_gate", o.scales)
+            .arg("zp_gate", o.zero_points)
+            .arg("b_up", fastest.up->packed)
+            .arg("scales_up", fastest.up->scales)
+            .arg("zp_up", fastest.up->zero_points)
+            .arg("y", rows_of(o.output, row, y_row_bytes))
+            .size_arg("m", rows, "M")
+            .size_arg("n", config.n, "N");
+        spec.common(step);
+        tile_defines(step, *tiles);
+        step.define("NBITS_BIAS_MODE", 0)
+            .grid(grid_extent(config.n, static_cast<std::size_t>(tiles->tile_n / 2), kMaxGridX, "N"),
+                  grid_extent(rows, static_cast<std::size_t>(tiles->tile_m), kMaxGridYZ, "M"))
+            .block(tiles->threads())
+            .shared_memory(static_cast<std::uint32_t>(shared_bytes), true)
+            .add_to(plan, fastest.request);
+        return true;
+    }
+    const std::size_t bias_row_bytes = fastest.bias_row_stride * element_size(o.activation_type);
+    StepBuilder step("nbits_prefill_gemm", "nbits fused prefill GEMM");
+    step.arg("a", activation)
+        .arg("b", o.packed)
+        .arg("scales", o.scales)
+        .arg("zero_points", o.zero_points)
+        .arg("bias", o.has_bias() ? rows_of(o.bias, row, bias_row_bytes) : BufferRef::null())
+        .arg("y", rows_of(o.output, row, y_row_bytes))
+        .size_arg("m", rows, "M")
+        .size_arg("n", config.n, "N")
+        .size_arg("bias_row_stride", fastest.bias_row_stride, "bias row stride");
+    spec.common(step);
+    tile_defines(step, *tiles);
+    step.define("NBITS_BIAS_MODE", spec.bias_mode())
+        .grid(grid_extent(config.n, static_cast<std::size_t>(tiles->tile_n), kMaxGridX, "N"),
+              grid_extent(rows, static_cast<std::size_t>(tiles->tile_m), kMaxGridYZ, "M"))
+        .block(tiles->threads())
+        .shared_memory(static_cast<std::uint32_t>(shared_bytes), true)
+        .add_to(plan, fastest.request);
+    return true;
+}
+
+void add_dequantize(LaunchPlan& plan, const FastestRequest& fastest, const HalfOperands& weights, int scratch,
+                    std::size_t first_column, std::size_t columns)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    const std::size_t units = checked_product(columns, div_ceil(config.k, 8), "the dequantized chunk");
+    StepBuilder step("nbits_dequantize", "nbits dequantize a weight chunk");
+    step.arg("b", weights.packed)
+        .arg("scales", weights.scales)
+        .arg("zero_points", weights.zero_points)
+        .arg("w", BufferRef::scratch(scratch))
+        .size_arg("n_begin", first_column, "N")
+        .size_arg("n_count", columns, "N");
+    Specialisation{fastest}.common(step);
+    step.define("NBITS_DEQ_THREADS", kDequantizeThreads)
+        .define("NBITS_DEQ_UNITS", kDequantizeUnits)
+        .grid(grid_extent(units, std::size_t{kDequantizeThreads} * kDequantizeUnits, kMaxGridX, "N"))
+        .block(kDequantizeThreads)
+        .add_to(plan, fastest.request);
+}
+
+void add_gemm(LaunchPlan& plan, const FastestRequest& fastest, BufferRef a, int weights, BufferRef y,
+              std::size_t ldy, BufferRef bias, std::size_t rows, std::size_t columns, int workspace)
+{
+    GemmStep gemm;
+    gemm.dtype = fastest.operands.activation_type;
+    gemm.weight_layout = GemmStep::WeightLayout::NxK;
+    gemm.a = a;
+    gemm.w = BufferRef::scratch(weights);
+    gemm.y = y;
+    gemm.bias = bias;
+    gemm.m = rows;
+    gemm.k = fastest.request.config.k;
+    gemm.n = columns;
+    gemm.ldy = ldy;
+    gemm.workspace = BufferRef::scratch(workspace);
+    gemm.workspace_bytes = kGemmWorkspaceBytes;
+    plan.steps.push_back(gemm);
+}
+
+std::uint32_t elementwise_grid(std::size_t elements, const Capabilities& device)
+{
+    // A grid-stride loop: a few waves of CTAs cover any size.
+    const std::size_t wanted = div_ceil(elements, kElementwiseThreads);
+    return static_cast<std::uint32_t>(std::clamp<std::size_t>(wanted, 1, std::size_t{device.multiprocessor_count} * 8));
+}
+
+void add_bias_rows(LaunchPlan& plan, const FastestRequest& fastest, BufferRef y, std::size_t ldy, BufferRef bias,
+                   std::size_t rows, std::size_t columns)
+{
+    StepBuilder("nbits_bias_rows", "nbits bias epilogue")
+        .arg("y", y)
+        .arg("bias", bias)
+        .size_arg("rows", rows, "M")
+        .size_arg("n", columns, "N")
+        .size_arg("ldy", ldy, "N")
+        .size_arg("bias_row_stride", fastest.bias_row_stride, "bias row stride")
+        .define("NBITS_ACT_BF16", fastest.operands.activation_type == DataType::BFloat16 ? 1 : 0)
+        .grid(elementwise_grid(rows * columns, fastest.request.context.capabilities))
+        .block(kElementwiseThreads)
+        .add_to(plan, fastest.request);
+}
+
+void add_silu_mul_rows(LaunchPlan& plan, const FastestRequest& fastest, BufferRef gate, BufferRef y, std::size_t ldy,
+                       std::size_t rows, std::size_t columns)
+{
+    StepBuilder("nbits_silu_mul_rows", "nbits SwiGLU epilogue")
+        .arg("gate", gate)
+        .arg("y", y)
+        .size_arg("rows", rows, "M")
+        .size_arg("n", columns, "N")
+        .size_arg("ldy", ldy, "N")
+        .define("NBITS_ACT_BF16", fastest.operands.activation_type == DataType::BFloat16 ? 1 : 0)
+        .grid(elementwise_grid(rows * columns, fastest.request.context.capabilities))
+        .block(kElementwiseThreads)
+        .add_to(plan, fastest.request);
+}
+
+// Large M: columns of the weights dequantised chunk by chunk into scratch,
+// each chunk multiplied by cuBLASLt (Y = A . W_chunk^T into Y's columns).
+void add_dequantized_gemms(LaunchPlan& plan, const FastestRequest& fastest, BufferRef activation, std::size_t row,
+                           std::size_t rows, int weights, int gate, std::size_t chunk_columns, int workspace)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    const HalfOperands& o = fastest.operands;
+    const std::size_t element = element_size(o.activation_type);
+    const std::size_t y_row_bytes = config.n * element;
+    const BufferRef y_rows = rows_of(o.output, row, y_row_bytes);
+    const bool epilogue_bias = o.has_bias() && (fastest.bias_row_stride != 0 || config.fold_bias_post_round);
+    for (std::size_t column = 0; column < config.n; column += chunk_columns) {
+        const std::size_t columns = std::min(chunk_columns, config.n - column);
+        const BufferRef y_chunk = y_rows.at(column * element);
+        if (fastest.up != nullptr) {
+            add_dequantize(plan, fastest, o, weights, column, columns);
+            add_gemm(plan, fastest, activation, weights, BufferRef::scratch(gate), columns, BufferRef::null(), rows,
+                     columns, workspace);
+            add_dequantize(plan, fastest, *fastest.up, weights, column, columns);
+            add_gemm(plan, fastest, activation, weights, y_chunk, config.n, BufferRef::null(), rows, columns,
+                     workspace);
+            add_silu_mul_rows(plan, fastest, BufferRef::scratch(gate), y_chunk, config.n, rows, columns);
+            continue;
+        }
+        add_dequantize(plan, fastest, o, weights, column, columns);
+        // cuBLASLt's epilogue adds a broadcast bias with one rounding; the rest goes to nbits_bias_rows.
+        const BufferRef gemm_bias = o.has_bias() && !epilogue_bias ? o.bias.at(column * element) : BufferRef::null();
+        add_gemm(plan, fastest, activation, weights, y_chunk, config.n, gemm_bias, rows, columns, workspace);
+        if (epilogue_bias) {
+            const std::size_t bias_row_bytes = fastest.bias_row_stride * element;
+            add_bias_rows(plan, fastest, y_chunk, config.n, rows_of(o.bias, row, bias_row_bytes).at(column * element),
+                          rows, columns);
+        }
+    }
+}
+
+bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    const std::size_t m = fastest.m;
+    const std::size_t element = element_size(fastest.operands.activation_type);
+    const std::size_t a_row_bytes = config.k * element;
+    const bool fused = m <= kFusedMaxM;
+    const bool paired = fastest.up != nullptr;
+    const bool normalized = fastest.gamma != nullptr;
+
+    // Rows per pass: all of them, unless a per-row scratch (the normalized rows, the gate projection) would
+    // outgrow its budget.
+    std::size_t rows_per_pass = m;
+    if (normalized) {
+        rows_per_pass = std::min(rows_per_pass, std::max<std::size_t>(kNormalizedBudget / a_row_bytes, 1));
+    }
+    std::size_t chunk_columns = 0;
+    std::size_t weight_budget = kWorkspaceBudget - kGemmWorkspaceBytes - (normalized ? kNormalizedBudget : 0);
+    if (!fused) {
+        if (paired) {
+            weight_budget -= kGateBudget;
+            rows_per_pass = std::min(rows_per_pass, std::max<std::size_t>(kGateBudget / (kChunkColumns * element), 1));
+        }
+        chunk_columns = whole_tiles(weight_budget / a_row_bytes);
+        if (paired) {
+            chunk_columns = std::min(chunk_columns, whole_tiles(kGateBudget / (rows_per_pass * element)));
+        }
+        chunk_columns = std::min(chunk_columns, div_ceil(config.n, kChunkColumns) * kChunkColumns);
+    }
+
+    LaunchPlan candidate;
+    const int norm_scratch =
+        normalized ? add_scratch(candidate, fastest.request, rows_per_pass * a_row_bytes, "the normalized rows") : -1;
+    int weights = -1;
+    int gate = -1;
+    int workspace = -1;
+    if (!fused) {
+        weights = add_scratch(candidate, fastest.request, checked_product(chunk_columns, a_row_bytes, "a weight chunk"),
+                              "a dequantized weight chunk");
+        if (paired) {
+            gate = add_scratch(candidate, fastest.request, rows_per_pass * chunk_columns * element, "the gate chunk");
+        }
+        workspace = add_scratch(candidate, fastest.request, kGemmWorkspaceBytes, "the cuBLASLt workspace");
+    }
+    for (std::size_t row = 0; row < m; row += rows_per_pass) {
+        const std::size_t rows = std::min(rows_per_pass, m - row);
+        BufferRef activation = rows_of(fastest.operands.activation, row, a_row_bytes);
+        if (normalized) {
+            add_rmsnorm_rows(candidate, fastest, activation, BufferRef::scratch(norm_scratch), rows);
+            activation = BufferRef::scratch(norm_scratch);
+        }
+        if (fused) {
+            if (!add_fused_prefill(candidate, fastest, activation, row, rows)) {
+                return false;
+            }
+        } else {
+            add_dequantized_gemms(candidate, fastest, activation, row, rows, weights, gate, chunk_columns, workspace);
+        }
+    }
+    if (candidate.workspace_bytes() > kWorkspaceBudget) {
+        return false;  // a K so large that no chunk fits: the original's path takes the node
+    }
+    const char* kind = paired ? "paired gate/up SwiGLU" : "MatMulNBits";
+    set_variant(candidate, fused ? "nbits_prefill_fused" : "nbits_prefill_dequantize_cublaslt",
+                [m, kind, fused, normalized, chunk_columns, rows_per_pass] {
+                    if (fused) {
+                        return fmt::format("M={} {} prefill{}: fused dequantising tensor-core GEMM (mma.sync) over "
+                                           "ONNX Runtime's layout, specialised on K, bits, block size and zero points",
+                                           m, kind, normalized ? " with an RMS-norm pass over rows into scratch" : "");
+                    }
+                    return fmt::format("M={} {} prefill{}: weights dequantised in chunks of {} columns into scratch, "
+                                       "each multiplied by cuBLASLt (rows per pass {})",
+                                       m, kind, normalized ? " after an RMS-norm pass over rows" : "", chunk_columns,
+                                       rows_per_pass);
+                });
+    plan = std::move(candidate);
+    return true;
+}
+
+bool plan_decode(LaunchPlan& /*plan*/, const FastestRequest& /*fastest*/) { return false; }
+
+}  // namespace
+
+bool plan_fastest(LaunchPlan& plan, const FastestRequest& fastest)
+{
+    const DataType activation = fastest.operands.activation_type;
+    if (activation == DataType::Float32) {
+        return false;
+    }
+    if (fastest.m > kDecodeMaxM) {
+        return plan_prefill(plan, fastest);
+    }
+    return plan_decode(plan, fastest);
 }
 
 }  // namespace nbits::ops::detail

@@ -128,19 +128,17 @@ TEST_CASE("asking to compile an entry the source does not declare is an argument
 TEST_CASE("every kernels_cu entry sits alone behind its per-entry compile guard")
 {
     for (const jit::KernelSource& source : kernels::all()) {
+        const std::string& text = source.text();
         for (const std::string& entry : source.entries()) {
             CAPTURE(source.name());
             CAPTURE(entry);
-            // The guard line, then the declaration (with or without __launch_bounds__).
-            const std::string guard = "#if NBITS_ALL_ENTRIES || NBITS_ENTRY_" + entry + "\n";
-            const std::size_t at = source.text().find(guard);
-            REQUIRE(at != std::string::npos);
-            const std::size_t begin = at + guard.size();
-            const std::size_t open = source.text().find('(', source.text().find(entry, begin));
-            const std::string declaration = source.text().substr(begin, open - begin);
-            CHECK(declaration.rfind("extern \"C\" __global__ void ", 0) == 0);
-            CHECK(declaration.size() >= entry.size());
-            CHECK(declaration.compare(declaration.size() - entry.size(), entry.size(), entry) == 0);
+            // The declaration, with or without __launch_bounds__, and the guard that opens before it.
+            const std::size_t declared = text.find(" " + entry + "(", text.find("extern \"C\" __global__ void"));
+            REQUIRE(declared != std::string::npos);
+            const std::size_t guard = text.rfind("#if NBITS_ALL_ENTRIES || NBITS_ENTRY_" + entry + "\n", declared);
+            REQUIRE(guard != std::string::npos);
+            CHECK(text.find("#endif", guard) > declared);
+            CHECK(text.find("extern \"C\" __global__", guard) < declared);
         }
     }
 }

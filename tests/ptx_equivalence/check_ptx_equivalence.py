@@ -16,11 +16,13 @@ helper) and every ported entry must have, for every target,
 
 Both whole-file builds (-DNBITS_ALL_ENTRIES=1) and single-entry builds
 (-DNBITS_ENTRY_<name>=1, what the runtime loads by default) are checked, and
-a single-entry build must hold exactly that one entry.
+a single-entry build must hold exactly that one entry. The check also fails
+when a kernels_cu file includes a file from outside kernels_cu (a CUDA
+toolkit header), which NVRTC could only find through an include directory.
 
---self-test instead plants numerics changes in a temporary copy of the kernels
-and asserts that the check reports each of them: a check that cannot fail
-proves nothing.
+--self-test instead plants numerics changes (and a toolkit include) in a
+temporary copy of the kernels and asserts that the check reports each of
+them: a check that cannot fail proves nothing.
 
 Exit status: 0 equivalent (or self-test passed), 1 a difference or a failed
 self-test, 2 the check could not run (bad arguments, a compile error).
@@ -54,6 +56,10 @@ REPEATED_ORIGINALS = {
 # check.
 ENTRIES_WITHOUT_ORIGINAL = frozenset()
 
+# kernels_cu files that hold only kernels nbits adds, which no original
+# computes: their entries are not paired (the include check still covers them).
+FILES_WITHOUT_ORIGINALS = frozenset(("matmul_decode.cu", "matmul_prefill.cu"))
+
 Pairing = namedtuple("Pairing", "entry original repeat")
 Pairing.__doc__ = "A port entry, the original entry it must match, and how many copies of it."
 
@@ -72,10 +78,33 @@ class CheckError(Exception):
 
 
 def declared_entries(path):
-    """The `extern "C" __global__ void name(` entries of a source file, as
-    nbits' embedding step finds them."""
+    """The `extern "C" __global__ void [__launch_bounds__(...)] name(` entries
+    of a source file, as nbits' runtime finds them (jit/kernel_source.cpp),
+    each once even where #if branches declare it twice."""
     with open(path, encoding="utf-8") as source:
-        return re.findall(r'extern "C" __global__ void ([A-Za-z0-9_]+)\(', source.read())
+        names = re.findall(r'extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s*)?([A-Za-z0-9_]+)\(',
+                           source.read())
+    return list(dict.fromkeys(names))
+
+
+def includes_outside(directory):
+    """(file, included name) for every #include under `directory` that does
+    not name a file of `directory`: NVRTC gets exactly those files as named
+    headers, so anything else (a toolkit header such as <cuda_fp16.h>) would
+    need an include directory at run time."""
+    outside = []
+    for root, _, names in sorted(os.walk(directory)):
+        for name in sorted(names):
+            if not name.endswith((".cu", ".cuh")):
+                continue
+            path = os.path.join(root, name)
+            with open(path, encoding="utf-8") as source:
+                for match in re.finditer(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', source.read(), re.M):
+                    bracket, included = match.groups()
+                    if bracket == "<" or not os.path.isfile(os.path.join(directory, included)):
+                        closing = ">" if bracket == "<" else '"'
+                        outside.append((os.path.relpath(path, directory), bracket + included + closing))
+    return outside
 
 
 def entries_by_file(directory):
@@ -236,7 +265,8 @@ class Check:
 
     def _select(self, only_entries):
         """The pairings to check and the port and original files they need."""
-        port_files = entries_by_file(self.kernels_dir)
+        port_files = {f: e for f, e in entries_by_file(self.kernels_dir).items()
+                      if os.path.basename(f) not in FILES_WITHOUT_ORIGINALS}
         original_files = entries_by_file(self.originals_dir)
         port_entries = [e for entries in port_files.values() for e in entries]
         pairings = pair_entries(port_entries, {e for entries in original_files.values() for e in entries})
@@ -388,7 +418,27 @@ def run_self_test(compiler, args, log):
         passed = passed and verdict is None
         log("self-test: %-42s %s" % (mutation.name, "caught (%s mismatch in %s)" % (
             mutation.caught_by, mutation.entry) if verdict is None else "FAILED: " + verdict))
-    return passed
+    return include_self_test(args, root, log) and passed
+
+
+# A toolkit include planted into a copy of kernels_cu: no entry's PTX changes,
+# includes_outside must report it.
+PLANTED_INCLUDE = Mutation("include a toolkit header", "pointwise.cu", '#include "nbits/half.cuh"\n',
+                           "#include <cuda_fp16.h>\n", None, None, False)
+
+
+def include_self_test(args, root, log):
+    """The unmodified kernels include only their own headers, and a planted
+    toolkit include is reported. True if so."""
+    if includes_outside(args.kernels):
+        log("self-test: the unmodified kernels already include files from outside %s" % args.kernels)
+        return False
+    copy_dir = os.path.join(root, "planted_include", "kernels_cu")
+    plant(PLANTED_INCLUDE, args.kernels, copy_dir)
+    caught = (PLANTED_INCLUDE.path, "<cuda_fp16.h>") in includes_outside(copy_dir)
+    log("self-test: %-42s %s" % (PLANTED_INCLUDE.name, "caught (include in %s)" % PLANTED_INCLUDE.path
+                                 if caught else "FAILED: not reported by includes_outside"))
+    return caught
 
 
 # --------------------------------------------------------------- main
@@ -418,7 +468,12 @@ def parse_arguments(argv):
 
 
 def run_check(compiler, args, log):
-    """The equivalence check proper. True if every entry matches."""
+    """The equivalence check proper. True if every entry matches and the
+    kernels include no file from outside their directory."""
+    outside = includes_outside(args.kernels)
+    for path, included in outside:
+        log("%s includes %s, which is not a kernels file: NVRTC would need the CUDA toolkit's include "
+            "directory at run time (fp16 and bf16 come from nbits/half.cuh)" % (path, included))
     only = set(args.entries.split(",")) if args.entries else None
     check = Check(compiler, args.kernels, args.originals, args.output, log)
     pairings, findings = check.run(args.targets, only, not args.no_single_entry)
@@ -431,6 +486,10 @@ def run_check(compiler, args, log):
         return False
     log("\n%d entries equivalent to the originals on %s (whole-file%s builds)." % (
         len(pairings), ", ".join(args.targets), "" if args.no_single_entry else " and single-entry"))
+    if outside:
+        log("%d include(s) of files outside %s." % (len(outside), args.kernels))
+        return False
+    log("No kernels file includes a file from outside %s." % args.kernels)
     return True
 
 

@@ -4,21 +4,24 @@
 // include directory discovery) instead of an nvcc approximation of it.
 //
 //   nbits_nvrtc_ptx --target compute_90 --output out.ptx
-//                   [--headers DIR] [--entry NAME]... SOURCE.cu
+//                   [--headers DIR] [--entry NAME]... [--no-include-dirs] SOURCE.cu
 //
 // --headers DIR  every *.cuh under DIR becomes a named header, named by its
 //                path relative to DIR ("nbits/reduce.cuh"), as the embedded
 //                kernels_cu set is at build time.
 // --entry NAME   compile only that entry (-DNBITS_ENTRY_NAME=1); without
 //                any, every entry (-DNBITS_ALL_ENTRIES=1).
+// --no-include-dirs  pass no include directory (no -I), where the runtime
+//                passes the CUDA toolkit's: proves a source needs no toolkit
+//                header.
 // The NVRTC options used are printed on stdout, the NVRTC log on stderr.
 // Exit status: 0 compiled, 1 compile or I/O error, 2 usage error.
 
 #include "nbits/error.hpp"
-#include "nbits/jit/compile.hpp"
-#include "nbits/jit/include_dirs.hpp"
-#include "nbits/jit/kernel_source.hpp"
-#include "nbits/jit/target.hpp"
+#include "jit/compile.hpp"
+#include "jit/include_dirs.hpp"
+#include "jit/kernel_source.hpp"
+#include "jit/target.hpp"
 
 #include <algorithm>
 #include <exception>
@@ -38,11 +41,13 @@ struct Arguments {
     std::string output;
     std::string headers_dir;
     std::vector<std::string> entries;
+    bool include_dirs = true;
     std::string source;
 };
 
 constexpr const char* usage =
-    "usage: nbits_nvrtc_ptx --target compute_XY --output OUT.ptx [--headers DIR] [--entry NAME]... SOURCE.cu\n";
+    "usage: nbits_nvrtc_ptx --target compute_XY --output OUT.ptx [--headers DIR] [--entry NAME]... "
+    "[--no-include-dirs] SOURCE.cu\n";
 
 class UsageError : public std::runtime_error {
 public:
@@ -68,6 +73,8 @@ Arguments parse_arguments(int argc, char** argv)
             arguments.headers_dir = value();
         } else if (flag == "--entry") {
             arguments.entries.push_back(value());
+        } else if (flag == "--no-include-dirs") {
+            arguments.include_dirs = false;
         } else if (!flag.empty() && flag[0] == '-') {
             throw UsageError("unknown option " + flag);
         } else if (arguments.source.empty()) {
@@ -136,7 +143,9 @@ int run(const Arguments& arguments)
     request.source = &source;
     request.entries = arguments.entries;
     request.target = target;
-    request.include_dirs = nbits::jit::discover_include_dirs();
+    if (arguments.include_dirs) {
+        request.include_dirs = nbits::jit::discover_include_dirs();
+    }
 
     const nbits::jit::CompiledImage compiled = nbits::jit::compile(request);
     if (!compiled.log.empty()) {

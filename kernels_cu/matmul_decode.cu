@@ -1,0 +1,1642 @@
+// Decode kernels (M = 1..16 rows of A) for com.microsoft::MatMulNBits that read
+// ONNX Runtime's layout as it is handed over:
+//   A [M, K] of T, B uint8 [N, k_blocks, blob], scales [N, k_blocks] (T or
+//   fp32), zero points uint8 (int4: two blocks a byte, even block in the low
+//   nibble; int8: one a byte), Y [M, N] of T.
+// Decode is a pass over the weights, so the kernels are built to keep DRAM
+// busy: every weight byte is loaded once, 16 bytes a lane, with the next
+// k step's loads in flight while the current one is dequantised.
+//
+// fp16 / bf16 (NBITS_ACT 0 / 1): tensor cores, mma.m16n8k16 with the weights
+// as the A operand (16 output columns x 16 k, row-major is ORT's K-contiguous
+// rows) and the activations as B (8 batch rows per n8 tile). A dot product
+// does not care about the order of k, so lane (g = lane / 4, t = lane % 4)
+// loads whole 16-byte chunks of a row: chunk r of a k step at byte offset
+// (4r + t) * 16, i.e. 32 int4 (16 int8) consecutive codes of rows g and g + 8
+// of a 16-column tile. Each 32-bit word feeds the k slots a lane holds in one
+// (int8) or two (int4) mmas, in the pair order the magic-number conversion
+// produces; the activations are permuted to the same order, so no weight
+// repacking is needed. By default (NBITS_EXACT) the mma multiplies the exact
+// codes q - zp and the block scale is applied to its fp32 result, so weights
+// are never rounded to T (see kExact). The warps of a CTA split K (warp w takes
+// steps w, w + warps, ...) over NBITS_TILES 16-column tiles and meet in shared
+// memory; a CTA loops over column groups blockIdx.x, + gridDim.x, ... with the
+// next group's first loads in flight across the boundary.
+//
+// fp32 (NBITS_ACT 2): CUDA cores. A warp owns NBITS_COLS_PER_WARP adjacent
+// columns over all of K, lane l the 16-byte chunk l of each 32-chunk step;
+// codes become floats by the 0x4B000000 magic number and are accumulated with
+// FFMA per block, then scaled.
+//
+// Launch, block 32 * NBITS_WARPS threads, no dynamic shared memory:
+//   tensor cores: grid = min(ceil(N / (16 * NBITS_TILES)), SMs * NBITS_MIN_BLOCKS)
+//     (any grid >= 1 is correct: a CTA takes every gridDim.x-th column group);
+//     M <= 8 * NBITS_M_TILES; NBITS_WARPS <= ceil(K / k_step), k_step = 128
+//     codes (int4) or 64 (int8) times NBITS_CHUNKS (a static_assert checks).
+//   fp32: grid = ceil(N / (NBITS_WARPS * NBITS_COLS_PER_WARP)); M <= NBITS_MAX_M.
+// Pointer alignment (bytes) the loads need is noted at each parameter: a and
+// gamma 16, b 16 (8 suffices for int4 block 16 with an odd block count),
+// scales 8 (4-scale loads when k_blocks is a multiple of the blocks a chunk
+// index spans; fp32 scales 4), zero points 4, bias and y the element size.
+
+#include "nbits/half.cuh"
+#include "nbits/reduce.cuh"
+
+// ------------------------------------------------------------ configuration
+#ifndef NBITS_ACT  // activation, output and bias type: 0 fp16, 1 bf16, 2 fp32
+#define NBITS_ACT 0
+#endif
+#ifndef NBITS_SCALE_F32  // 1: scales are fp32; 0: scales have the activation type
+#define NBITS_SCALE_F32 0
+#endif
+#ifndef NBITS_BITS  // 4 or 8
+#define NBITS_BITS 4
+#endif
+#ifndef NBITS_BLOCK_SIZE  // power of two >= 16
+#define NBITS_BLOCK_SIZE 32
+#endif
+#ifndef NBITS_K
+#define NBITS_K 4096
+#endif
+#ifndef NBITS_HAS_ZP  // 0: symmetric (zero point 8 for int4, 128 for int8)
+#define NBITS_HAS_ZP 0
+#endif
+#ifndef NBITS_BIAS  // 0 none, 1 y = T(acc + bias), 2 folded: y = T(T(acc) + bias)
+#define NBITS_BIAS 0
+#endif
+#ifndef NBITS_RMSNORM  // 1: A is RMS-normalised with gamma first
+#define NBITS_RMSNORM 0
+#endif
+#ifndef NBITS_GAMMA_F32  // 1: gamma is fp32; 0: gamma has the activation type
+#define NBITS_GAMMA_F32 0
+#endif
+#ifndef NBITS_WARPS  // warps per CTA
+#define NBITS_WARPS 8
+#endif
+#ifndef NBITS_MIN_BLOCKS  // __launch_bounds__ minimum CTAs per SM (register cap)
+#define NBITS_MIN_BLOCKS 2
+#endif
+#ifndef NBITS_TILES  // tensor cores: 16-column tiles per CTA
+#define NBITS_TILES 2
+#endif
+#ifndef NBITS_M_TILES  // tensor cores: 8-row batch tiles (1: M <= 8, 2: M <= 16)
+#define NBITS_M_TILES 1
+#endif
+#ifndef NBITS_CHUNKS  // tensor cores: 16-byte chunks per lane and row in a k step
+#define NBITS_CHUNKS 1
+#endif
+#ifndef NBITS_COLS_PER_WARP  // fp32: columns per warp
+#define NBITS_COLS_PER_WARP 4
+#endif
+#ifndef NBITS_MAX_M  // fp32: rows of A compiled in
+#define NBITS_MAX_M 1
+#endif
+#ifndef NBITS_L2_PREFETCH  // weight loads: L2 prefetch size hint, 0, 64, 128 or 256 bytes
+#define NBITS_L2_PREFETCH 128
+#endif
+
+#if NBITS_L2_PREFETCH == 64
+#define NBITS_DECODE_L2_HINT ".L2::64B"
+#elif NBITS_L2_PREFETCH == 128
+#define NBITS_DECODE_L2_HINT ".L2::128B"
+#elif NBITS_L2_PREFETCH == 256
+#define NBITS_DECODE_L2_HINT ".L2::256B"
+#else
+#define NBITS_DECODE_L2_HINT ""
+#endif
+
+#if NBITS_ACT == 0
+typedef __half act_t;
+#elif NBITS_ACT == 1
+typedef __nv_bfloat16 act_t;
+#else
+typedef float act_t;
+#endif
+#if NBITS_SCALE_F32
+typedef float scale_t;
+#else
+typedef act_t scale_t;
+#endif
+#if NBITS_GAMMA_F32
+typedef float gamma_t;
+#else
+typedef act_t gamma_t;
+#endif
+
+namespace nbits_decode {
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+template <bool C, class A, class B> struct Select { typedef A type; };
+template <class A, class B> struct Select<false, A, B> { typedef B type; };
+
+__host__ __device__ constexpr int ilog2(int v) { return v <= 1 ? 0 : 1 + ilog2(v / 2); }
+__host__ __device__ constexpr int pow2_divisor(int bytes, int cap)
+{
+    return (bytes % cap == 0) ? cap : pow2_divisor(bytes, cap / 2);
+}
+
+constexpr bool kF32 = NBITS_ACT == 2;
+constexpr bool kBf16 = NBITS_ACT == 1;
+constexpr bool kScaleF32 = NBITS_SCALE_F32 != 0 || NBITS_ACT == 2;
+constexpr bool kGammaF32 = NBITS_GAMMA_F32 != 0 || kF32;
+constexpr int kActBytes = kF32 ? 4 : 2;
+constexpr int kBits = NBITS_BITS;
+constexpr int kBlock = NBITS_BLOCK_SIZE;
+constexpr int kBlockShift = ilog2(kBlock);
+constexpr int kK = NBITS_K;
+constexpr bool kHasZp = NBITS_HAS_ZP != 0;
+constexpr int kBiasMode = NBITS_BIAS;
+constexpr bool kRms = NBITS_RMSNORM != 0;
+constexpr int kWarps = NBITS_WARPS;
+constexpr int kThreads = 32 * kWarps;
+
+constexpr int kKBlocks = (kK + kBlock - 1) / kBlock;
+constexpr int kRowCodes = kKBlocks * kBlock;  // K padded to whole blocks
+constexpr int kRowBytes = kRowCodes * kBits / 8;
+constexpr int kZpRowBytes = kBits == 4 ? (kKBlocks + 1) / 2 : kKBlocks;
+constexpr int kChunkCodes = 128 / kBits;  // codes in 16 bytes
+constexpr int kWordCodes = 32 / kBits;    // codes in a 32-bit word
+constexpr int kPairs = kWordCodes / 2;    // T pairs a word dequantises to
+constexpr int kBlocksPerChunk = kChunkCodes > kBlock ? kChunkCodes / kBlock : 1;
+constexpr int kWordsPerBlock = 4 / kBlocksPerChunk;  // words of a chunk sharing one scale
+// Rows start 16-byte aligned unless int4 block 16 has an odd block count.
+constexpr bool kRowAligned16 = kRowBytes % 16 == 0;
+// Widest load a row of A allows (rows start at multiples of K elements).
+constexpr int kActAlign = pow2_divisor(kK * kActBytes, 16);
+constexpr u32 kDefaultZp = kBits == 4 ? 8u : 128u;
+
+static_assert(kBits == 4 || kBits == 8, "NBITS_BITS is 4 or 8");
+static_assert(kBlock >= 16 && (kBlock & (kBlock - 1)) == 0, "block size: a power of two >= 16");
+static_assert(kK > 0, "NBITS_K > 0");
+static_assert(kBiasMode >= 0 && kBiasMode <= 2, "NBITS_BIAS is 0, 1 or 2");
+static_assert(sizeof(gamma_t) == (kGammaF32 ? 4 : 2), "gamma type");
+
+#if NBITS_SCALE_F32 || NBITS_ACT == 2
+typedef float scale_raw_t;
+#else
+typedef u16 scale_raw_t;
+#endif
+
+// ------------------------------------------------------------ memory access
+// Weights are read once: keep them out of L1 so the activations stay there.
+__device__ __forceinline__ uint4 ld_weights16(const u8* p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate" NBITS_DECODE_L2_HINT ".v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint2 ld_weights8(const u8* p)
+{
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
+                 : "=r"(v.x), "=r"(v.y)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint4 ld_v4(const void* p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint2 ld_v2(const void* p)
+{
+    uint2 v;
+    asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ u32 ld_u32(const void* p)
+{
+    u32 v;
+    asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ u32 ld_u16(const void* p)
+{
+    u16 v;
+    asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ u32 ld_u8(const void* p)
+{
+    u32 v;
+    asm volatile("ld.global.nc.u8 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ float ld_f32(const void* p)
+{
+    float v;
+    asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+
+// BYTES (4, 8 or 16) contiguous bytes into 32-bit words, with loads no wider
+// than ALIGN bytes.
+template <int BYTES, int ALIGN>
+__device__ __forceinline__ void ld_words(const void* p, u32 (&out)[BYTES / 4])
+{
+    const char* c = static_cast<const char*>(p);
+    if constexpr (ALIGN >= 16 && BYTES == 16) {
+        const uint4 v = ld_v4(c);
+        out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
+    } else if constexpr (ALIGN >= 8 && BYTES >= 8) {
+#pragma unroll
+        for (int i = 0; i < BYTES / 8; ++i) {
+            const uint2 v = ld_v2(c + 8 * i);
+            out[2 * i] = v.x; out[2 * i + 1] = v.y;
+        }
+    } else if constexpr (ALIGN >= 4) {
+#pragma unroll
+        for (int i = 0; i < BYTES / 4; ++i) {
+            out[i] = ld_u32(c + 4 * i);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < BYTES / 4; ++i) {
+            out[i] = ld_u16(c + 4 * i) | (ld_u16(c + 4 * i + 2) << 16);
+        }
+    }
+}
+
+__device__ __forceinline__ u32 word_of(const uint4& v, int w)
+{
+    return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
+}
+
+// ------------------------------------------------------------ conversions
+// (a & mask) | magic
+__device__ __forceinline__ u32 lop_and_or(u32 a, u32 mask, u32 magic)
+{
+    u32 d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(mask), "r"(magic));
+    return d;
+}
+
+template <bool BF16>
+__device__ __forceinline__ u32 pack2(float lo, float hi)
+{
+    u32 d;
+    if constexpr (BF16) {
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    } else {
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    }
+    return d;
+}
+
+template <bool BF16>
+__device__ __forceinline__ float lo_float(u32 v)
+{
+    if constexpr (BF16) {
+        return __uint_as_float(v << 16);
+    } else {
+        float f;
+        asm("{.reg .f16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, l;}" : "=f"(f) : "r"(v));
+        return f;
+    }
+}
+
+template <bool BF16>
+__device__ __forceinline__ float hi_float(u32 v)
+{
+    if constexpr (BF16) {
+        return __uint_as_float(v & 0xffff0000u);
+    } else {
+        float f;
+        asm("{.reg .f16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, h;}" : "=f"(f) : "r"(v));
+        return f;
+    }
+}
+
+template <bool BF16>
+__device__ __forceinline__ float bits_to_float(u32 bits16)
+{
+    return lo_float<BF16>(bits16);
+}
+
+template <bool BF16>
+__device__ __forceinline__ u16 float_to_bits(float f)
+{
+    u16 h;
+    if constexpr (BF16) {
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    } else {
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    }
+    return h;
+}
+
+template <bool BF16>
+__device__ __forceinline__ u32 psub(u32 a, u32 b)
+{
+    u32 d;
+    if constexpr (BF16) {
+#if __CUDA_ARCH__ >= 900
+        asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#else
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(b), "r"(0xbf80bf80u), "r"(a));
+#endif
+    } else {
+        asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    }
+    return d;
+}
+
+template <bool BF16>
+__device__ __forceinline__ u32 pmul(u32 a, u32 b)
+{
+    u32 d;
+    if constexpr (BF16) {
+#if __CUDA_ARCH__ >= 900
+        asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#else
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+#endif
+    } else {
+        asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    }
+    return d;
+}
+
+__device__ __forceinline__ u32 pfma_f16(u32 a, u32 b, u32 c)
+{
+    u32 d;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+// One scale of a block as a T pair.
+template <bool BF16>
+__device__ __forceinline__ u32 scale_pair(scale_raw_t s)
+{
+    if constexpr (kScaleF32) {
+        return pack2<BF16>(s, s);
+    } else {
+        return (u32)s * 0x10001u;
+    }
+}
+
+// Dequantisation of one 32-bit word of a row into the T pairs the mma takes,
+// each (q - zp) * scale. The subtraction is exact (integers), so the only
+// rounding is the product, as in a T dequantisation.
+//   int4 (8 codes k0..k7): pairs (k0,k4), (k1,k5), (k2,k6), (k3,k7)
+//   int8 (4 codes k0..k3): pairs (k0,k1), (k2,k3)
+template <bool BF16, int BITS>
+struct Dequant;
+
+// fp16 int4: 0x6400 | n is 1024 + n; the high nibble of each byte, left in
+// place, is 1024 + 16 n, which one fma by 1/16 brings to n - zp exactly.
+template <>
+struct Dequant<false, 4> {
+    u32 scale, zero_lo, zero_hi;
+    __device__ __forceinline__ void set(u32 scale2, u32 zp)
+    {
+        scale = scale2;
+        zero_lo = (0x6400u + zp) * 0x10001u;         // 1024 + zp
+        zero_hi = (0xd400u | (zp << 4)) * 0x10001u;  // -(64 + zp)
+    }
+    __device__ __forceinline__ void word(u32 q, u32 (&w)[4]) const
+    {
+        const u32 q8 = q >> 8;
+        w[0] = pmul<false>(psub<false>(lop_and_or(q, 0x000f000fu, 0x64006400u), zero_lo), scale);
+        w[1] = pmul<false>(pfma_f16(lop_and_or(q, 0x00f000f0u, 0x64006400u), 0x2c002c00u, zero_hi), scale);
+        w[2] = pmul<false>(psub<false>(lop_and_or(q8, 0x000f000fu, 0x64006400u), zero_lo), scale);
+        w[3] = pmul<false>(pfma_f16(lop_and_or(q8, 0x00f000f0u, 0x64006400u), 0x2c002c00u, zero_hi), scale);
+    }
+};
+
+// bf16 int4: 0x4300 | n is 128 + n (7 mantissa bits, so each nibble is moved
+// to bit 0 first).
+template <>
+struct Dequant<true, 4> {
+    u32 scale, zero_lo;
+    __device__ __forceinline__ void set(u32 scale2, u32 zp)
+    {
+        scale = scale2;
+        zero_lo = (0x4300u + zp) * 0x10001u;  // 128 + zp
+    }
+    __device__ __forceinline__ void word(u32 q, u32 (&w)[4]) const
+    {
+        w[0] = pmul<true>(psub<true>(lop_and_or(q, 0x000f000fu, 0x43004300u), zero_lo), scale);
+        w[1] = pmul<true>(psub<true>(lop_and_or(q >> 4, 0x000f000fu, 0x43004300u), zero_lo), scale);
+        w[2] = pmul<true>(psub<true>(lop_and_or(q >> 8, 0x000f000fu, 0x43004300u), zero_lo), scale);
+        w[3] = pmul<true>(psub<true>(lop_and_or(q >> 12, 0x000f000fu, 0x43004300u), zero_lo), scale);
+    }
+};
+
+// fp16 int8: byte b next to 0x64 is 1024 + b.
+template <>
+struct Dequant<false, 8> {
+    u32 scale, zero_lo;
+    __device__ __forceinline__ void set(u32 scale2, u32 zp)
+    {
+        scale = scale2;
+        zero_lo = (0x6400u + zp) * 0x10001u;
+    }
+    __device__ __forceinline__ void word(u32 q, u32 (&w)[2]) const
+    {
+        w[0] = pmul<false>(psub<false>(__byte_perm(q, 0x64646464u, 0x4140), zero_lo), scale);
+        w[1] = pmul<false>(psub<false>(__byte_perm(q, 0x64646464u, 0x4342), zero_lo), scale);
+    }
+};
+
+// bf16 int8: 8 mantissa bits cannot hold 128 + b, so through fp32
+// (0x4B000000 | b is 2^23 + b); q - zp is exact in bf16.
+template <>
+struct Dequant<true, 8> {
+    u32 scale;
+    float zero;
+    __device__ __forceinline__ void set(u32 scale2, u32 zp)
+    {
+        scale = scale2;
+        zero = 8388608.0f + (float)zp;
+    }
+    __device__ __forceinline__ void word(u32 q, u32 (&w)[2]) const
+    {
+        const float f0 = __uint_as_float(__byte_perm(q, 0x4b000000u, 0x7440)) - zero;
+        const float f1 = __uint_as_float(__byte_perm(q, 0x4b000000u, 0x7441)) - zero;
+        const float f2 = __uint_as_float(__byte_perm(q, 0x4b000000u, 0x7442)) - zero;
+        const float f3 = __uint_as_float(__byte_perm(q, 0x4b000000u, 0x7443)) - zero;
+        w[0] = pmul<true>(pack2<true>(f0, f1), scale);
+        w[1] = pmul<true>(pack2<true>(f2, f3), scale);
+    }
+};
+
+// Exact dequantisation (exact mode): the same pairs as Dequant, q - zp
+// without the scale, which is applied to the mma result in fp32.
+template <bool BF16, int BITS>
+struct Codes;
+
+template <>
+struct Codes<false, 4> {
+    u32 zero_lo, zero_hi;
+    __device__ __forceinline__ void set(u32 zp)
+    {
+        zero_lo = (0x6400u + zp) * 0x10001u;
+        zero_hi = (0xd400u | (zp << 4)) * 0x10001u;
+    }
+    __device__ __forceinline__ void word(u32 q, u32 (&w)[4]) const
+    {
+        const u32 q8 = q >> 8;
+        w[0] = psub<false>(lop_and_or(q, 0x000f000fu, 0x64006400u), zero_lo);
+        w[1] = pfma_f16(lop_and_or(q, 0x00f000f0u, 0x64006400u), 0x2c002c00u, zero_hi);
+        w[2] = psub<false>(lop_and_or(q8, 0x000f000fu, 0x64006400u), zero_lo);
+        w[3] = pfma_f16(lop_and_or(q8, 0x00f000f0u, 0x64006400u), 0x2c002c00u, zero_hi);
+    }
+};
+
+template <>
+struct Codes<true, 4> {
+    u32 zero_lo;
+    __device__ __forceinline__ void set(u32 zp) { zero_lo = (0x4300u + zp) * 0x10001u; }
+    __device__ __forceinline__ void word(u32 q, u32 (&w)[4]) const
+    {
+        w[0] = psub<true>(lop_and_or(q, 0x000f000fu, 0x43004300u), zero_lo);
+        w[1] = psub<true>(lop_and_or(q >> 4, 0x000f000fu, 0x43004300u), zero_lo);
+        w[2] = psub<true>(lop_and_or(q >> 8, 0x000f000fu, 0x43004300u), zero_lo);
+        w[3] = psub<true>(lop_and_or(q >> 12, 0x000f000fu, 0x43004300u), zero_lo);
+    }
+};
+
+template <>
+struct Codes<false, 8> {
+    u32 zero_lo;
+    __device__ __forceinline__ void set(u32 zp) { zero_lo = (0x6400u + zp) * 0x10001u; }
+    __device__ __forceinline__ void word(u32 q, u32 (&w)[2]) const
+    {
+        w[0] = psub<false>(__byte_perm(q, 0x64646464u, 0x4140), zero_lo);
+        w[1] = psub<false>(__byte_perm(q, 0x64646464u, 0x4342), zero_lo);
+    }
+};
+
+template <>
+struct Codes<true, 8> {
+    float zero;
+    __device__ __forceinline__ void set(u32 zp) { zero = 8388608.0f + (float)zp; }
+    __device__ __forceinline__ void word(u32 q, u32 (&w)[2]) const
+    {
+        const float f0 = __uint_as_float(__byte_perm(q, 0x4b000000u, 0x7440)) - zero;
+        const float f1 = __uint_as_float(__byte_perm(q, 0x4b000000u, 0x7441)) - zero;
+        const float f2 = __uint_as_float(__byte_perm(q, 0x4b000000u, 0x7442)) - zero;
+        const float f3 = __uint_as_float(__byte_perm(q, 0x4b000000u, 0x7443)) - zero;
+        w[0] = pack2<true>(f0, f1);
+        w[1] = pack2<true>(f2, f3);
+    }
+};
+
+// The word's codes as floats q - zp (exact), in k order.
+__device__ __forceinline__ void dequant_word_f32(u32 q, float zero_magic, float (&d)[kWordCodes])
+{
+#pragma unroll
+    for (int i = 0; i < kWordCodes; ++i) {
+        u32 bits;
+        if constexpr (kBits == 4) {
+            bits = lop_and_or(q >> (4 * i), 0xfu, 0x4b000000u);
+        } else {
+            bits = __byte_perm(q, 0x4b000000u, 0x7440 | i);
+        }
+        d[i] = __uint_as_float(bits) - zero_magic;
+    }
+}
+
+// Zero point of block `blk` from its raw byte.
+__device__ __forceinline__ u32 zero_point_of(u32 raw, int blk)
+{
+    if constexpr (!kHasZp) {
+        return kDefaultZp;
+    } else if constexpr (kBits == 4) {
+        return (raw >> ((blk & 1) * 4)) & 0xfu;
+    } else {
+        return raw;
+    }
+}
+
+// Zero-point byte offset of block `blk` in a row.
+__device__ __forceinline__ int zero_point_byte(int blk)
+{
+    return kBits == 4 ? (blk >> 1) : blk;
+}
+
+__device__ __forceinline__ scale_raw_t load_scale(const scale_raw_t* p)
+{
+    if constexpr (kScaleF32) {
+        return ld_f32(p);
+    } else {
+        return (scale_raw_t)ld_u16(p);
+    }
+}
+
+// One weight set: lane-relative base pointers (row n0 + row_of_lane).
+struct Weights {
+    const u8* b;
+    const scale_raw_t* s;
+    const u8* z;
+};
+
+// Runs compute(frag, step) for step = first, first + stride, ... < count,
+// with the loads of the following step already issued: two fragments
+// alternate so that no registers are copied.
+template <class Frag, class Load, class Compute>
+__device__ __forceinline__ void pipelined_steps(
+    int first, int stride, int count, Frag& f0, Frag& f1, Load load, Compute compute)
+{
+    int s = first;
+    if (s < count) {
+        load(f0, s);
+    }
+#pragma unroll 1
+    for (; s < count; s += 2 * stride) {
+        const int s1 = s + stride;
+        if (s1 < count) {
+            load(f1, s1);
+        }
+        compute(f0, s);
+        if (s1 >= count) {
+            break;
+        }
+        if (s1 + stride < count) {
+            load(f0, s1 + stride);
+        }
+        compute(f1, s1);
+    }
+}
+
+__device__ __forceinline__ float silu(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+// Final rounding of one output: bias (plain or folded) and T.
+template <bool BF16>
+__device__ __forceinline__ u16 round_output(float v, const u16* bias, long long bias_index)
+{
+    if constexpr (kBiasMode == 1) {
+        v += bits_to_float<BF16>(ld_u16(bias + bias_index));
+    } else if constexpr (kBiasMode == 2) {
+        v = bits_to_float<BF16>(float_to_bits<BF16>(v)) + bits_to_float<BF16>(ld_u16(bias + bias_index));
+    }
+    return float_to_bits<BF16>(v);
+}
+
+__device__ __forceinline__ float round_output_f32(float v, const float* bias, long long bias_index)
+{
+    if constexpr (kBiasMode != 0) {
+        v += ld_f32(bias + bias_index);
+    }
+    return v;
+}
+
+__device__ __forceinline__ float inv_rms(float sum_squares, float epsilon)
+{
+    return rsqrtf(sum_squares / (float)kK + epsilon);
+}
+
+#if NBITS_ACT != 2
+// ============================================================ tensor cores
+constexpr int kTiles = NBITS_TILES;
+constexpr int kMTiles = NBITS_M_TILES;
+constexpr int kChunks = NBITS_CHUNKS;
+constexpr int kCtaCols = 16 * kTiles;
+constexpr int kStepCodes = 4 * kChunks * kChunkCodes;
+constexpr int kStepBytes = 64 * kChunks;
+constexpr int kFullSteps = kK / kStepCodes;
+constexpr bool kHasTail = kK % kStepCodes != 0;
+
+static_assert(kMTiles == 1 || kMTiles == 2, "NBITS_M_TILES is 1 or 2");
+
+template <bool BF16>
+__device__ __forceinline__ void mma_16816(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1)
+{
+    if constexpr (BF16) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    } else {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+}
+
+// Exact mode: the mma multiplies (q - zp), exact in T, and each 16 x 16 mma
+// lies inside one quantisation block, so the scale is applied to the fp32
+// result; the weights are never rounded. For that the four lanes of a quad
+// swap words (a 4 x 4 transpose): after it, lane t holds word t of each of
+// the quad's four chunks, and word slot s of every lane belongs to chunk
+// 4r + s, i.e. to one block. Needs every 16-byte chunk inside one block:
+// int8 always, int4 from block 32 on. int4 block 16 scales each word instead.
+#ifndef NBITS_EXACT  // 0: scale the weights in T before the mma (fewer instructions, T-rounded weights)
+#define NBITS_EXACT 1
+#endif
+constexpr bool kExact = NBITS_EXACT && (kBits == 8 || kBlock >= 32);
+// Word slots that share a block (exact mode).
+constexpr int kSlotsPerBlock = kBlock / kChunkCodes >= 4 ? 4 : (kBlock / kChunkCodes >= 2 ? 2 : 1);
+// Scales (and zero points) a row needs per chunk index r.
+constexpr int kScalesPerChunk = kExact ? 4 / kSlotsPerBlock : kBlocksPerChunk;
+constexpr int kSteps = kFullSteps + (kHasTail ? 1 : 0);
+static_assert(kSteps >= kWarps, "every warp needs a k step: NBITS_WARPS <= ceil(K / k step)");
+#ifndef NBITS_PREFETCH  // L2 prefetch distance in this warp's k steps (0: none)
+#define NBITS_PREFETCH 0
+#endif
+constexpr int kPrefetch = NBITS_PREFETCH;
+
+// A row's scales of one chunk index are consecutive blocks blk0 .. blk0 +
+// kScalesPerChunk - 1 with blk0 a multiple of kScalesPerChunk; when every
+// row holds a multiple of kScalesPerChunk blocks they are read with one load
+// (and their zero points with another) and kept packed: 16-bit scales two a
+// register, zero-point bytes as read.
+constexpr bool kPackedMeta = kKBlocks % kScalesPerChunk == 0;
+constexpr int kScaleRegs = kScaleF32 ? kScalesPerChunk : (kScalesPerChunk + 1) / 2;
+typedef typename Select<kScaleF32, float, u32>::type scale_reg_t;
+
+// The raw weights of one k step: rows g and g + 8 of each tile, with the
+// scales and zero-point bytes of their blocks.
+template <int NSETS>
+struct TcFrag {
+    uint4 q[NSETS][kTiles][2][kChunks];
+    scale_reg_t s[NSETS][kTiles][2][kChunks][kScaleRegs];
+    u32 z[NSETS][kTiles][2][kChunks];
+};
+
+// Scale i of a packed set (fp32 scales are not packed).
+__device__ __forceinline__ float scale_at(const float (&s)[kScaleRegs], int i) { return s[i]; }
+__device__ __forceinline__ u16 scale_at(const u32 (&s)[kScaleRegs], int i)
+{
+    return (u16)((s[i / 2] >> (16 * (i & 1))) & 0xffffu);
+}
+__device__ __forceinline__ void put_scale(float (&s)[kScaleRegs], int i, float v) { s[i] = v; }
+__device__ __forceinline__ void put_raw(float (&s)[kScaleRegs], int i, u32 v) { s[i] = __uint_as_float(v); }
+__device__ __forceinline__ void put_raw(u32 (&s)[kScaleRegs], int i, u32 v) { s[i] = v; }
+__device__ __forceinline__ void put_scale(u32 (&s)[kScaleRegs], int i, u16 v) { s[i / 2] |= (u32)v << (16 * (i & 1)); }
+
+// Zero point of block blk0 + i from the bytes read at zero_point_byte(blk0).
+__device__ __forceinline__ u32 zero_point_at(u32 z, int blk0, int i)
+{
+    if constexpr (!kHasZp) {
+        return kDefaultZp;
+    } else if constexpr (kBits == 4) {
+        const int blk = blk0 + i;
+        return (z >> (8 * ((blk >> 1) - (blk0 >> 1)) + 4 * (blk & 1))) & 0xfu;
+    } else {
+        return (z >> (8 * i)) & 0xffu;
+    }
+}
+
+// N consecutive 16-bit scales, N * 2-byte aligned, two a register.
+template <int N>
+__device__ __forceinline__ void ld_packed_scales(const void* p, u32 (&v)[4])
+{
+    if constexpr (N == 4) {
+        const uint2 x = ld_v2(p);
+        v[0] = x.x; v[1] = x.y;
+    } else {
+        v[0] = ld_u32(p);
+    }
+}
+
+// Bytes of zero points the blocks blk0 .. blk0 + kScalesPerChunk - 1 span.
+constexpr int kZpBytes = kBits == 8 ? kScalesPerChunk : (kScalesPerChunk + 1) / 2;
+
+// Scales and zero-point bytes of one row and chunk index, blocks blk0 ...;
+// `valid(i)` says whether block blk0 + i exists (the tail step).
+template <bool TAIL, class Valid>
+__device__ __forceinline__ void load_meta(
+    const scale_raw_t* srow, const u8* zrow, int blk0, Valid valid, scale_reg_t (&s)[kScaleRegs], u32& z)
+{
+    if constexpr (!TAIL && kPackedMeta && !kScaleF32 && kScalesPerChunk > 1) {
+        u32 v[4] = {0u, 0u, 0u, 0u};
+        if (valid(0)) {
+            ld_packed_scales<kScalesPerChunk>(srow + blk0, v);
+        }
+#pragma unroll
+        for (int i = 0; i < kScaleRegs; ++i) put_raw(s, i, v[i]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < kScaleRegs; ++i) s[i] = 0;
+#pragma unroll
+        for (int i = 0; i < kScalesPerChunk; ++i) {
+            if (valid(i)) {
+                put_scale(s, i, load_scale(srow + blk0 + i));
+            }
+        }
+    }
+    z = 0u;
+    if constexpr (kHasZp) {
+        const u8* zp = zrow + zero_point_byte(blk0);
+        if constexpr (!TAIL && kPackedMeta && kZpBytes == 4) {
+            if (valid(0)) z = ld_u32(zp);
+        } else if constexpr (!TAIL && kPackedMeta && kZpBytes == 2) {
+            if (valid(0)) z = ld_u16(zp);
+        } else {
+#pragma unroll
+            for (int i = 0; i < kZpBytes; ++i) {
+                const int first = kBits == 8 ? i : 2 * i - (blk0 & 1);  // first block in byte i
+                if (valid(first < 0 ? 0 : first)) {
+                    z |= ld_u8(zp + i) << (8 * i);
+                }
+            }
+        }
+    }
+}
+
+// The lane's view of A: rows 8 * mt + g, or none past M.
+struct TcActs {
+    const u16* row[kMTiles];
+    bool ok[kMTiles];
+    const void* gamma;
+};
+
+// 16 bytes of a row at chunk start k0. Rows that are only 8-byte aligned
+// (int4 block 16 with an odd block count) take two loads; in the tail step
+// the second half may lie past the padded row.
+template <bool TAIL>
+__device__ __forceinline__ uint4 load_chunk(const u8* p, int k0)
+{
+    if constexpr (kRowAligned16) {
+        return ld_weights16(p);
+    } else {
+        uint4 v;
+        const uint2 lo = ld_weights8(p);
+        v.x = lo.x; v.y = lo.y; v.z = 0u; v.w = 0u;
+        if (!TAIL || k0 + kChunkCodes / 2 < kRowCodes) {
+            const uint2 hi = ld_weights8(p + 8);
+            v.z = hi.x; v.w = hi.y;
+        }
+        return v;
+    }
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p)
+{
+    asm volatile("prefetch.global.L2 [%0];" : : "l"(p));
+}
+
+// First block of scale slot i of chunk index r (lane-independent in exact
+// mode; lane t's own chunk otherwise).
+__device__ __forceinline__ int scale_block(int step, int r, int t, int i)
+{
+    if constexpr (kExact) {
+        return (step * kStepCodes + (4 * r + i * kSlotsPerBlock) * kChunkCodes) >> kBlockShift;
+    } else {
+        return ((step * kStepCodes + (4 * r + t) * kChunkCodes) >> kBlockShift) + i;
+    }
+}
+
+// Whether scale slot i exists (its first code is below K).
+__device__ __forceinline__ bool scale_in_k(int step, int r, int t, int i)
+{
+    if constexpr (kExact) {
+        return step * kStepCodes + (4 * r + i * kSlotsPerBlock) * kChunkCodes < kK;
+    } else {
+        return (step * kStepCodes + (4 * r + t) * kChunkCodes + i * kBlock) < kK;
+    }
+}
+
+template <bool TAIL, int NSETS>
+__device__ __forceinline__ void tc_load(
+    TcFrag<NSETS>& f, const Weights (&w)[NSETS], u32 rows_ok, int t, int step)
+{
+#pragma unroll
+    for (int r = 0; r < kChunks; ++r) {
+        const int k0 = step * kStepCodes + (4 * r + t) * kChunkCodes;
+        const bool chunk_ok = !TAIL || k0 < kK;
+#pragma unroll
+        for (int set = 0; set < NSETS; ++set) {
+#pragma unroll
+            for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = 16 * j + 8 * h;
+                    const bool row_ok = (rows_ok >> (2 * j + h)) & 1u;
+                    uint4 q = {0u, 0u, 0u, 0u};
+                    if (row_ok && chunk_ok) {
+                        const u8* p = w[set].b + (long long)row * kRowBytes + step * kStepBytes + r * 64;
+                        q = load_chunk<TAIL>(p, k0);
+                        if constexpr (!TAIL && kPrefetch > 0) {
+                            if (step + kPrefetch * kWarps < kFullSteps) {
+                                prefetch_l2(p + kPrefetch * kWarps * kStepBytes);
+                            }
+                        }
+                    }
+                    f.q[set][j][h][r] = q;
+                    load_meta<TAIL>(w[set].s + row * kKBlocks, w[set].z + row * kZpRowBytes,
+                        scale_block(step, r, t, 0),
+                        [&](int i) { return row_ok && (!TAIL || scale_in_k(step, r, t, i)); },
+                        f.s[set][j][h][r], f.z[set][j][h][r]);
+                }
+            }
+        }
+    }
+}
+
+// The activations of one word (k .. k + kWordCodes) of one A row as natural
+// T pairs (k, k+1), ...; zeros past K in the tail step.
+template <bool TAIL>
+__device__ __forceinline__ void load_act_word(const u16* row, int k, u32 (&nat)[kPairs])
+{
+    if (!TAIL || k + kWordCodes <= kK) {
+        ld_words<2 * kWordCodes, kActAlign>(row + k, nat);
+    } else {
+#pragma unroll
+        for (int i = 0; i < kPairs; ++i) {
+            const u32 lo = (k + 2 * i < kK) ? ld_u16(row + k + 2 * i) : 0u;
+            const u32 hi = (k + 2 * i + 1 < kK) ? ld_u16(row + k + 2 * i + 1) : 0u;
+            nat[i] = lo | (hi << 16);
+        }
+    }
+}
+
+// gamma[k .. k + kWordCodes) as floats (zeros past K).
+template <bool TAIL>
+__device__ __forceinline__ void load_gamma_word(const void* gamma, int k, float (&gm)[kWordCodes])
+{
+    if constexpr (kGammaF32) {
+        const float* g = static_cast<const float*>(gamma);
+        if (!TAIL || k + kWordCodes <= kK) {
+#pragma unroll
+            for (int h = 0; h < kWordCodes / 4; ++h) {
+                u32 v[4];
+                ld_words<16, 16>(g + k + 4 * h, v);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) gm[4 * h + i] = __uint_as_float(v[i]);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < kWordCodes; ++i) gm[i] = (k + i < kK) ? ld_f32(g + k + i) : 0.0f;
+        }
+    } else {
+        u32 nat[kPairs];
+        load_act_word<TAIL>(static_cast<const u16*>(gamma), k, nat);
+#pragma unroll
+        for (int i = 0; i < kPairs; ++i) {
+            gm[2 * i] = lo_float<kBf16>(nat[i]);
+            gm[2 * i + 1] = hi_float<kBf16>(nat[i]);
+        }
+    }
+}
+
+// Lane t's words become word t of each quad lane's chunk: out[s] = word t
+// of lane s (two xor-shuffle stages, each swapping one bit of (lane, word)).
+__device__ __forceinline__ void quad_transpose(const uint4& in, int t, u32 (&q)[4])
+{
+    q[0] = in.x; q[1] = in.y; q[2] = in.z; q[3] = in.w;
+#pragma unroll
+    for (int m = 2; m >= 1; m >>= 1) {
+        const bool hi = (t & m) != 0;
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+            if (x & m) continue;
+            const u32 send = hi ? q[x] : q[x | m];
+            const u32 recv = __shfl_xor_sync(0xffffffffu, send, m);
+            if (hi) q[x] = recv; else q[x | m] = recv;
+        }
+    }
+}
+
+// B operands of word slot w of chunk r: the activations at the k of that
+// slot, in the pair order of the weights' words (zeros past M and K).
+template <bool TAIL>
+__device__ __forceinline__ void load_b_word(
+    const TcActs& act, int k, float (&ss)[kMTiles], u32 (&x)[kMTiles][kPairs])
+{
+    float gm[kWordCodes];
+    if constexpr (kRms) {
+        load_gamma_word<TAIL>(act.gamma, k, gm);
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+        u32 nat[kPairs];
+#pragma unroll
+        for (int i = 0; i < kPairs; ++i) nat[i] = 0u;
+        if (act.ok[mt]) {
+            load_act_word<TAIL>(act.row[mt], k, nat);
+        }
+        if constexpr (kRms) {
+#pragma unroll
+            for (int i = 0; i < kPairs; ++i) {
+                const float lo = lo_float<kBf16>(nat[i]);
+                const float hi = hi_float<kBf16>(nat[i]);
+                ss[mt] = fmaf(lo, lo, ss[mt]);
+                ss[mt] = fmaf(hi, hi, ss[mt]);
+                nat[i] = pack2<kBf16>(lo * gm[2 * i], hi * gm[2 * i + 1]);
+            }
+        }
+        if constexpr (kBits == 4) {
+            x[mt][0] = __byte_perm(nat[0], nat[2], 0x5410);  // (k0, k4)
+            x[mt][1] = __byte_perm(nat[0], nat[2], 0x7632);  // (k1, k5)
+            x[mt][2] = __byte_perm(nat[1], nat[3], 0x5410);  // (k2, k6)
+            x[mt][3] = __byte_perm(nat[1], nat[3], 0x7632);  // (k3, k7)
+        } else {
+#pragma unroll
+            for (int i = 0; i < kPairs; ++i) x[mt][i] = nat[i];
+        }
+    }
+}
+
+__device__ __forceinline__ float scale_float(scale_raw_t s)
+{
+    if constexpr (kScaleF32) {
+        return s;
+    } else {
+        return bits_to_float<kBf16>(s);
+    }
+}
+
+// One k step: each chunk's activations are loaded (and normalised) once and
+// reused by every tile and weight set.
+template <bool TAIL, int NSETS>
+__device__ __forceinline__ void tc_compute(
+    const TcFrag<NSETS>& f, float (&acc)[NSETS][kTiles][kMTiles][4], float (&ss)[kMTiles],
+    const TcActs& act, int t, int step)
+{
+#pragma unroll
+    for (int r = 0; r < kChunks; ++r) {
+        u32 x[4][kMTiles][kPairs];
+        if constexpr (kExact) {
+            // Slot w: word t of chunk 4r + w.
+            const int kc = step * kStepCodes + 4 * r * kChunkCodes + t * kWordCodes;
+#pragma unroll
+            for (int w = 0; w < 4; ++w) load_b_word<TAIL>(act, kc + w * kChunkCodes, ss, x[w]);
+
+#pragma unroll
+            for (int set = 0; set < NSETS; ++set) {
+#pragma unroll
+                for (int j = 0; j < kTiles; ++j) {
+                    u32 qa[4], qb[4];  // rows g and g + 8
+                    quad_transpose(f.q[set][j][0][r], t, qa);
+                    quad_transpose(f.q[set][j][1][r], t, qb);
+#pragma unroll
+                    for (int i = 0; i < kScalesPerChunk; ++i) {
+                        const int blk0 = scale_block(step, r, t, 0);
+                        Codes<kBf16, kBits> ca, cb;
+                        ca.set(zero_point_at(f.z[set][j][0][r], blk0, i));
+                        cb.set(zero_point_at(f.z[set][j][1][r], blk0, i));
+                        float c[kMTiles][4];
+#pragma unroll
+                        for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) c[mt][e] = 0.0f;
+#pragma unroll
+                        for (int ws = 0; ws < kSlotsPerBlock; ++ws) {
+                            const int w = i * kSlotsPerBlock + ws;
+                            u32 wa[kPairs], wb[kPairs];
+                            ca.word(qa[w], wa);
+                            cb.word(qb[w], wb);
+#pragma unroll
+                            for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+                                for (int p = 0; p < kPairs / 2; ++p)
+                                    mma_16816<kBf16>(c[mt], wa[2 * p], wb[2 * p], wa[2 * p + 1], wb[2 * p + 1],
+                                        x[w][mt][2 * p], x[w][mt][2 * p + 1]);
+                        }
+                        const float sa = scale_float(scale_at(f.s[set][j][0][r], i));
+                        const float sb = scale_float(scale_at(f.s[set][j][1][r], i));
+#pragma unroll
+                        for (int mt = 0; mt < kMTiles; ++mt) {
+                            acc[set][j][mt][0] = fmaf(sa, c[mt][0], acc[set][j][mt][0]);
+                            acc[set][j][mt][1] = fmaf(sa, c[mt][1], acc[set][j][mt][1]);
+                            acc[set][j][mt][2] = fmaf(sb, c[mt][2], acc[set][j][mt][2]);
+                            acc[set][j][mt][3] = fmaf(sb, c[mt][3], acc[set][j][mt][3]);
+                        }
+                    }
+                }
+            }
+        } else {
+            // Word w of the lane's own chunk 4r + t, scaled in T.
+            const int k0 = step * kStepCodes + (4 * r + t) * kChunkCodes;
+#pragma unroll
+            for (int w = 0; w < 4; ++w) load_b_word<TAIL>(act, k0 + w * kWordCodes, ss, x[w]);
+            const int blk0 = k0 >> kBlockShift;
+            Dequant<kBf16, kBits> dq[NSETS][kTiles][2][kBlocksPerChunk];
+#pragma unroll
+            for (int set = 0; set < NSETS; ++set)
+#pragma unroll
+                for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+#pragma unroll
+                        for (int pb = 0; pb < kBlocksPerChunk; ++pb)
+                            dq[set][j][h][pb].set(scale_pair<kBf16>(scale_at(f.s[set][j][h][r], pb)),
+                                zero_point_at(f.z[set][j][h][r], blk0, pb));
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+                const int pb = w / kWordsPerBlock;
+#pragma unroll
+                for (int set = 0; set < NSETS; ++set) {
+#pragma unroll
+                    for (int j = 0; j < kTiles; ++j) {
+                        u32 wa[kPairs], wb[kPairs];
+                        dq[set][j][0][pb].word(word_of(f.q[set][j][0][r], w), wa);
+                        dq[set][j][1][pb].word(word_of(f.q[set][j][1][r], w), wb);
+#pragma unroll
+                        for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+                            for (int p = 0; p < kPairs / 2; ++p)
+                                mma_16816<kBf16>(acc[set][j][mt], wa[2 * p], wb[2 * p], wa[2 * p + 1], wb[2 * p + 1],
+                                    x[w][mt][2 * p], x[w][mt][2 * p + 1]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Cross-warp reduction of one column group. Accumulator element (j, mt, i)
+// of lane (g, t) is output column 16 j + g + 8 (i / 2), row 8 mt + 2 t +
+// i % 2; `store` gets the column within the group, the row and the NSETS
+// sums (in fixed warp order), times the row's inverse RMS when the prologue
+// is on. The shared arrays alternate between groups so that one barrier a
+// group suffices.
+template <int NSETS, class Store>
+__device__ __forceinline__ void tc_finish(
+    const float (&acc)[NSETS][kTiles][kMTiles][4], const float (&ss)[kMTiles],
+    int lane, int warp, int parity, int m, float epsilon, Store store)
+{
+    constexpr int kVals = kTiles * kMTiles * 4;
+    __shared__ float partial[2][NSETS][kVals][kWarps][32];
+    __shared__ float squares[2][kRms ? kWarps : 1][kRms ? 8 * kMTiles : 1];
+    static_assert(sizeof(partial) + sizeof(squares) <= 48 * 1024, "static shared memory over 48 KB");
+
+#pragma unroll
+    for (int set = 0; set < NSETS; ++set)
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+            for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    partial[parity][set][(j * kMTiles + mt) * 4 + i][warp][lane] = acc[set][j][mt][i];
+    if constexpr (kRms) {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+            float v = ss[mt];
+            v += __shfl_xor_sync(0xffffffffu, v, 1);
+            v += __shfl_xor_sync(0xffffffffu, v, 2);
+            if ((lane & 3) == 0) {
+                squares[parity][warp][8 * mt + (lane >> 2)] = v;
+            }
+        }
+    }
+    __syncthreads();
+
+    for (int e = (int)threadIdx.x; e < kVals * 32; e += kThreads) {
+        const int v = e >> 5;
+        const int l = e & 31;
+        const int j = v / (kMTiles * 4);
+        const int mt = (v / 4) % kMTiles;
+        const int i = v & 3;
+        const int col = 16 * j + (l >> 2) + 8 * (i >> 1);
+        const int row = 8 * mt + 2 * (l & 3) + (i & 1);
+        if (row >= m) {
+            continue;
+        }
+        float sums[NSETS];
+#pragma unroll
+        for (int set = 0; set < NSETS; ++set) {
+            float s = 0.0f;
+#pragma unroll
+            for (int ww = 0; ww < kWarps; ++ww) s += partial[parity][set][v][ww][l];
+            sums[set] = s;
+        }
+        if constexpr (kRms) {
+            float sq = 0.0f;
+#pragma unroll
+            for (int ww = 0; ww < kWarps; ++ww) sq += squares[parity][ww][row];
+            const float r = inv_rms(sq, epsilon);
+#pragma unroll
+            for (int set = 0; set < NSETS; ++set) sums[set] *= r;
+        }
+        store(col, row, sums);
+    }
+}
+
+// The whole kernel body. CTA c takes column groups c, c + gridDim.x, ...
+// (kCtaCols columns each); warp w takes k steps w, w + warps, ... of each
+// group. The steps of all its groups form one sequence per warp, pipelined
+// across group boundaries, so a CTA pays the DRAM latency once, not once a
+// group. store(group, col, row, sums) writes one output.
+template <int NSETS, class Store>
+__device__ __forceinline__ void tc_run(
+    const u8* const (&b)[NSETS], const void* const (&scales)[NSETS], const u8* const (&zp)[NSETS],
+    const void* a, const void* gamma, int m, int n, float epsilon, Store store)
+{
+    const int lane = (int)threadIdx.x & 31;
+    const int warp = (int)threadIdx.x >> 5;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int groups = (n + kCtaCols - 1) / kCtaCols;
+    const int my_groups = (int)blockIdx.x < groups ? (groups - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    const int steps = (kSteps - 1 - warp) / kWarps + 1;  // >= 1: kSteps >= kWarps
+
+    TcActs act;
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+        const int row = 8 * mt + g;
+        act.ok[mt] = row < m;
+        act.row[mt] = static_cast<const u16*>(a) + (long long)(act.ok[mt] ? row : 0) * kK;
+    }
+    act.gamma = gamma;
+
+    float acc[NSETS][kTiles][kMTiles][4];
+    float ss[kMTiles];
+    auto clear = [&]() {
+#pragma unroll
+        for (int set = 0; set < NSETS; ++set)
+#pragma unroll
+            for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+                for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) acc[set][j][mt][i] = 0.0f;
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) ss[mt] = 0.0f;
+    };
+    clear();
+    int parity = 0;
+
+    // Item j of this warp: group index and k step.
+    auto item = [&](int j, int& group, int& step) {
+        const int gi = j / steps;
+        group = (int)blockIdx.x + gi * (int)gridDim.x;
+        step = warp + (j - gi * steps) * kWarps;
+    };
+    auto load = [&](TcFrag<NSETS>& f, int j) {
+        int group, step;
+        item(j, group, step);
+        const int n0 = group * kCtaCols;
+        u32 rows_ok = 0u;
+#pragma unroll
+        for (int jj = 0; jj < kTiles; ++jj)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                if (n0 + 16 * jj + 8 * h + g < n) rows_ok |= 1u << (2 * jj + h);
+        const long long row = n0 + g;
+        Weights w[NSETS];
+#pragma unroll
+        for (int set = 0; set < NSETS; ++set) {
+            w[set].b = b[set] + row * kRowBytes + t * 16;
+            w[set].s = static_cast<const scale_raw_t*>(scales[set]) + row * kKBlocks;
+            w[set].z = zp[set] + row * kZpRowBytes;
+        }
+        if (!kHasTail || step < kFullSteps) {
+            tc_load<false>(f, w, rows_ok, t, step);
+        } else {
+            tc_load<true>(f, w, rows_ok, t, step);
+        }
+    };
+    auto compute = [&](const TcFrag<NSETS>& f, int j) {
+        int group, step;
+        item(j, group, step);
+        if (!kHasTail || step < kFullSteps) {
+            tc_compute<false>(f, acc, ss, act, t, step);
+        } else {
+            tc_compute<true>(f, acc, ss, act, t, step);
+        }
+        if (j % steps == steps - 1) {
+            tc_finish<NSETS>(acc, ss, lane, warp, parity, m, epsilon,
+                [&](int col, int row, const float (&v)[NSETS]) { store(group, col, row, v); });
+            parity ^= 1;
+            clear();
+        }
+    };
+    TcFrag<NSETS> f0, f1;
+    pipelined_steps(0, 1, my_groups * steps, f0, f1, load, compute);
+}
+
+#endif  // tensor cores
+}  // namespace nbits_decode
+
+#if NBITS_ACT != 2
+
+// Y = A' * dequant(B)^T (+ bias). Geometry in the file comment; rows of A
+// past m are zeros, columns past n are neither read nor written.
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_decode_matmul
+extern "C" __global__ void __launch_bounds__(nbits_decode::kThreads, NBITS_MIN_BLOCKS) nbits_decode_matmul(
+    const act_t* __restrict__ a,               // align 16
+    const unsigned char* __restrict__ b,       // align 16
+    const scale_t* __restrict__ scales,        // align 8
+    const unsigned char* __restrict__ zero_points,  // align 4
+    const act_t* __restrict__ bias,            // align 2
+    const gamma_t* __restrict__ gamma,         // align 16
+    act_t* __restrict__ y,                     // align 2
+    int m,
+    int n,
+    int bias_row_stride,
+    float epsilon)
+{
+    using namespace nbits_decode;
+    const u8* const bs[1] = {b};
+    const void* const ss[1] = {scales};
+    const u8* const zs[1] = {zero_points};
+    const u16* bias_bits = reinterpret_cast<const u16*>(bias);
+    u16* out = reinterpret_cast<u16*>(y);
+    tc_run<1>(bs, ss, zs, a, gamma, m, n, epsilon, [&](int group, int col, int row, const float (&v)[1]) {
+        const int c = group * kCtaCols + col;
+        if (c < n) {
+            out[(long long)row * n + c] =
+                round_output<kBf16>(v[0], bias_bits, (long long)row * bias_row_stride + c);
+        }
+    });
+}
+#endif
+
+// Y = silu(A' * W_gate^T) * (A' * W_up^T), both sets in one pass over A.
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_decode_gate_up
+extern "C" __global__ void __launch_bounds__(nbits_decode::kThreads, NBITS_MIN_BLOCKS) nbits_decode_gate_up(
+    const act_t* __restrict__ a,               // align 16
+    const unsigned char* __restrict__ b_gate,  // align 16
+    const scale_t* __restrict__ scales_gate,   // align 8
+    const unsigned char* __restrict__ zp_gate, // align 4
+    const unsigned char* __restrict__ b_up,    // align 16
+    const scale_t* __restrict__ scales_up,     // align 8
+    const unsigned char* __restrict__ zp_up,   // align 4
+    const gamma_t* __restrict__ gamma,         // align 16
+    act_t* __restrict__ y,                     // align 2
+    int m,
+    int n,
+    float epsilon)
+{
+    using namespace nbits_decode;
+    const u8* const bs[2] = {b_gate, b_up};
+    const void* const ss[2] = {scales_gate, scales_up};
+    const u8* const zs[2] = {zp_gate, zp_up};
+    u16* out = reinterpret_cast<u16*>(y);
+    tc_run<2>(bs, ss, zs, a, gamma, m, n, epsilon, [&](int group, int col, int row, const float (&v)[2]) {
+        const int c = group * kCtaCols + col;
+        if (c < n) {
+            out[(long long)row * n + c] = float_to_bits<kBf16>(silu(v[0]) * v[1]);
+        }
+    });
+}
+#endif
+
+#else  // NBITS_ACT == 2
+// ============================================================ fp32, CUDA cores
+namespace nbits_decode {
+
+constexpr int kCols = NBITS_COLS_PER_WARP;
+constexpr int kMaxM = NBITS_MAX_M;
+constexpr int kCtaCols = kWarps * kCols;
+constexpr int kStepCodes = 32 * kChunkCodes;  // one 16-byte chunk a lane
+constexpr int kStepBytes = 512;
+constexpr int kFullSteps = kK / kStepCodes;
+constexpr bool kHasTail = kK % kStepCodes != 0;
+
+template <int NSETS>
+struct F32Frag {
+    uint4 q[NSETS][kCols];
+    scale_raw_t s[NSETS][kCols][kBlocksPerChunk];
+    u32 z[NSETS][kCols][kHasZp ? kBlocksPerChunk : 1];
+};
+
+struct F32Acts {
+    const float* row[kMaxM];
+    bool ok[kMaxM];
+    const float* gamma;
+};
+
+template <bool TAIL>
+__device__ __forceinline__ uint4 load_chunk_f32(const u8* p, int k0)
+{
+    if constexpr (kRowAligned16) {
+        return ld_weights16(p);
+    } else {
+        uint4 v;
+        const uint2 lo = ld_weights8(p);
+        v.x = lo.x; v.y = lo.y; v.z = 0u; v.w = 0u;
+        if (!TAIL || k0 + kChunkCodes / 2 < kRowCodes) {
+            const uint2 hi = ld_weights8(p + 8);
+            v.z = hi.x; v.w = hi.y;
+        }
+        return v;
+    }
+}
+
+template <bool TAIL, int NSETS>
+__device__ __forceinline__ void f32_load(F32Frag<NSETS>& f, const Weights (&w)[NSETS], u32 cols_ok, int lane, int step)
+{
+    const int k0 = step * kStepCodes + lane * kChunkCodes;
+    const bool chunk_ok = !TAIL || k0 < kK;
+    const int blk0 = k0 >> kBlockShift;
+#pragma unroll
+    for (int set = 0; set < NSETS; ++set) {
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+            const bool ok = chunk_ok && ((cols_ok >> c) & 1u);
+            uint4 q = {0u, 0u, 0u, 0u};
+            if (ok) {
+                q = load_chunk_f32<TAIL>(w[set].b + (long long)c * kRowBytes + step * kStepBytes, k0);
+            }
+            f.q[set][c] = q;
+#pragma unroll
+            for (int pb = 0; pb < kBlocksPerChunk; ++pb) {
+                const int blk = blk0 + pb;
+                const bool ok_b = ok && (kBlocksPerChunk == 1 || !TAIL || blk < kKBlocks);
+                scale_raw_t s = 0;
+                u32 z = 0u;
+                if (ok_b) {
+                    s = load_scale(w[set].s + c * kKBlocks + blk);
+                    if constexpr (kHasZp) {
+                        z = ld_u8(w[set].z + c * kZpRowBytes + zero_point_byte(blk));
+                    }
+                }
+                f.s[set][c][pb] = s;
+                f.z[set][c][kHasZp ? pb : 0] = z;
+            }
+        }
+    }
+}
+
+// A[row][k .. k + kWordCodes) as floats (zeros past K).
+template <bool TAIL>
+__device__ __forceinline__ void load_f32_word(const float* p, int k, float (&x)[kWordCodes])
+{
+    if (!TAIL || k + kWordCodes <= kK) {
+#pragma unroll
+        for (int h = 0; h < kWordCodes / 4; ++h) {
+            u32 v[4];
+            ld_words<16, kActAlign>(p + k + 4 * h, v);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) x[4 * h + i] = __uint_as_float(v[i]);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < kWordCodes; ++i) x[i] = (k + i < kK) ? ld_f32(p + k + i) : 0.0f;
+    }
+}
+
+template <bool TAIL, int NSETS>
+__device__ __forceinline__ void f32_compute(
+    const F32Frag<NSETS>& f, float (&acc)[NSETS][kCols][kMaxM], float (&ss)[kMaxM],
+    const F32Acts& act, int lane, int step)
+{
+    const int k0 = step * kStepCodes + lane * kChunkCodes;
+    const int blk0 = k0 >> kBlockShift;
+    float part[NSETS][kCols][kMaxM];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+        const int k = k0 + w * kWordCodes;
+        const int pb = w / kWordsPerBlock;
+        if (w % kWordsPerBlock == 0) {
+#pragma unroll
+            for (int set = 0; set < NSETS; ++set)
+#pragma unroll
+                for (int c = 0; c < kCols; ++c)
+#pragma unroll
+                    for (int mr = 0; mr < kMaxM; ++mr) part[set][c][mr] = 0.0f;
+        }
+        float d[NSETS][kCols][kWordCodes];
+#pragma unroll
+        for (int set = 0; set < NSETS; ++set)
+#pragma unroll
+            for (int c = 0; c < kCols; ++c) {
+                const float zero = 8388608.0f + (float)zero_point_of(f.z[set][c][kHasZp ? pb : 0], blk0 + pb);
+                dequant_word_f32(word_of(f.q[set][c], w), zero, d[set][c]);
+            }
+        float gm[kWordCodes];
+        if constexpr (kRms) {
+            load_f32_word<TAIL>(act.gamma, k, gm);
+        }
+#pragma unroll
+        for (int mr = 0; mr < kMaxM; ++mr) {
+            float x[kWordCodes];
+#pragma unroll
+            for (int i = 0; i < kWordCodes; ++i) x[i] = 0.0f;
+            if (act.ok[mr]) {
+                load_f32_word<TAIL>(act.row[mr], k, x);
+            }
+            if constexpr (kRms) {
+#pragma unroll
+                for (int i = 0; i < kWordCodes; ++i) {
+                    ss[mr] = fmaf(x[i], x[i], ss[mr]);
+                    x[i] *= gm[i];
+                }
+            }
+#pragma unroll
+            for (int set = 0; set < NSETS; ++set)
+#pragma unroll
+                for (int c = 0; c < kCols; ++c)
+#pragma unroll
+                    for (int i = 0; i < kWordCodes; ++i)
+                        part[set][c][mr] = fmaf(d[set][c][i], x[i], part[set][c][mr]);
+        }
+        if (w % kWordsPerBlock == kWordsPerBlock - 1) {
+#pragma unroll
+            for (int set = 0; set < NSETS; ++set)
+#pragma unroll
+                for (int c = 0; c < kCols; ++c) {
+                    const float s = f.s[set][c][pb];
+#pragma unroll
+                    for (int mr = 0; mr < kMaxM; ++mr)
+                        acc[set][c][mr] = fmaf(s, part[set][c][mr], acc[set][c][mr]);
+                }
+        }
+    }
+}
+
+template <int NSETS>
+__device__ __forceinline__ void f32_accumulate(
+    const Weights (&w)[NSETS], const F32Acts& act, u32 cols_ok, int lane,
+    float (&acc)[NSETS][kCols][kMaxM], float (&ss)[kMaxM])
+{
+#pragma unroll
+    for (int set = 0; set < NSETS; ++set)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c)
+#pragma unroll
+            for (int mr = 0; mr < kMaxM; ++mr) acc[set][c][mr] = 0.0f;
+#pragma unroll
+    for (int mr = 0; mr < kMaxM; ++mr) ss[mr] = 0.0f;
+
+    F32Frag<NSETS> f0, f1;
+    pipelined_steps(0, 1, kFullSteps, f0, f1,
+        [&](F32Frag<NSETS>& f, int step) { f32_load<false>(f, w, cols_ok, lane, step); },
+        [&](const F32Frag<NSETS>& f, int step) { f32_compute<false>(f, acc, ss, act, lane, step); });
+    if constexpr (kHasTail) {
+        f32_load<true>(f0, w, cols_ok, lane, kFullSteps);
+        f32_compute<true>(f0, acc, ss, act, lane, kFullSteps);
+    }
+}
+
+struct F32Lane {
+    int lane, col0;
+    u32 cols_ok;
+};
+
+__device__ __forceinline__ F32Lane f32_lane(int n)
+{
+    F32Lane l;
+    l.lane = (int)threadIdx.x & 31;
+    l.col0 = (int)blockIdx.x * kCtaCols + ((int)threadIdx.x >> 5) * kCols;
+    l.cols_ok = 0u;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c)
+        if (l.col0 + c < n) l.cols_ok |= 1u << c;
+    return l;
+}
+
+__device__ __forceinline__ Weights f32_weights(const F32Lane& l, const u8* b, const void* scales, const u8* zp)
+{
+    Weights w;
+    w.b = b + (long long)l.col0 * kRowBytes + l.lane * 16;
+    w.s = static_cast<const scale_raw_t*>(scales) + (long long)l.col0 * kKBlocks;
+    w.z = zp + (long long)l.col0 * kZpRowBytes;
+    return w;
+}
+
+__device__ __forceinline__ F32Acts f32_acts(const void* a, const void* gamma, int m)
+{
+    F32Acts act;
+#pragma unroll
+    for (int mr = 0; mr < kMaxM; ++mr) {
+        act.ok[mr] = mr < m;
+        act.row[mr] = static_cast<const float*>(a) + (long long)(act.ok[mr] ? mr : 0) * kK;
+    }
+    act.gamma = static_cast<const float*>(gamma);
+    return act;
+}
+
+// Warp sums of every (set, column, row); `store` gets the column offset, the
+// row and the NSETS sums (times the row's inverse RMS) in lane 0.
+template <int NSETS, class Store>
+__device__ __forceinline__ void f32_finish(
+    float (&acc)[NSETS][kCols][kMaxM], float (&ss)[kMaxM], int lane, int m, float epsilon, Store store)
+{
+#pragma unroll
+    for (int mr = 0; mr < kMaxM; ++mr) {
+        float r = 1.0f;
+        if constexpr (kRms) {
+            r = inv_rms(warp_sum(ss[mr]), epsilon);
+        }
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+            float v[NSETS];
+#pragma unroll
+            for (int set = 0; set < NSETS; ++set) v[set] = warp_sum(acc[set][c][mr]) * r;
+            if (lane == 0 && mr < m) {
+                store(c, mr, v);
+            }
+        }
+    }
+}
+
+}  // namespace nbits_decode
+
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_decode_matmul
+extern "C" __global__ void __launch_bounds__(nbits_decode::kThreads, NBITS_MIN_BLOCKS) nbits_decode_matmul(
+    const act_t* __restrict__ a,               // align 16
+    const unsigned char* __restrict__ b,       // align 16
+    const scale_t* __restrict__ scales,        // align 4
+    const unsigned char* __restrict__ zero_points,  // align 1
+    const act_t* __restrict__ bias,            // align 4
+    const gamma_t* __restrict__ gamma,         // align 16
+    act_t* __restrict__ y,                     // align 4
+    int m,
+    int n,
+    int bias_row_stride,
+    float epsilon)
+{
+    using namespace nbits_decode;
+    const F32Lane l = f32_lane(n);
+    const Weights w[1] = {f32_weights(l, b, scales, zero_points)};
+    const F32Acts act = f32_acts(a, gamma, m);
+    float acc[1][kCols][kMaxM];
+    float ss[kMaxM];
+    f32_accumulate<1>(w, act, l.cols_ok, l.lane, acc, ss);
+    const int col0 = l.col0;
+    f32_finish<1>(acc, ss, l.lane, m, epsilon, [&](int c, int row, const float (&v)[1]) {
+        const int col = col0 + c;
+        if (col < n) {
+            y[(long long)row * n + col] = round_output_f32(v[0], bias, (long long)row * bias_row_stride + col);
+        }
+    });
+}
+#endif
+
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_decode_gate_up
+extern "C" __global__ void __launch_bounds__(nbits_decode::kThreads, NBITS_MIN_BLOCKS) nbits_decode_gate_up(
+    const act_t* __restrict__ a,               // align 16
+    const unsigned char* __restrict__ b_gate,  // align 16
+    const scale_t* __restrict__ scales_gate,   // align 4
+    const unsigned char* __restrict__ zp_gate, // align 1
+    const unsigned char* __restrict__ b_up,    // align 16
+    const scale_t* __restrict__ scales_up,     // align 4
+    const unsigned char* __restrict__ zp_up,   // align 1
+    const gamma_t* __restrict__ gamma,         // align 16
+    act_t* __restrict__ y,                     // align 4
+    int m,
+    int n,
+    float epsilon)
+{
+    using namespace nbits_decode;
+    const F32Lane l = f32_lane(n);
+    const Weights w[2] = {f32_weights(l, b_gate, scales_gate, zp_gate), f32_weights(l, b_up, scales_up, zp_up)};
+    const F32Acts act = f32_acts(a, gamma, m);
+    float acc[2][kCols][kMaxM];
+    float ss[kMaxM];
+    f32_accumulate<2>(w, act, l.cols_ok, l.lane, acc, ss);
+    const int col0 = l.col0;
+    f32_finish<2>(acc, ss, l.lane, m, epsilon, [&](int c, int row, const float (&v)[2]) {
+        const int col = col0 + c;
+        if (col < n) {
+            y[(long long)row * n + col] = silu(v[0]) * v[1];
+        }
+    });
+}
+#endif
+
+#endif  // NBITS_ACT

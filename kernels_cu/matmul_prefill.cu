@@ -1,0 +1,1154 @@
+// Prefill (M > 16) MatMulNBits on tensor cores, reading ONNX Runtime's weight
+// layout unchanged: Y[M, N] = A[M, K] . dequant(B)^T (+ bias).
+//
+//   B      uint8 [N, k_blocks, blob], blob = BLOCK_SIZE * BITS / 8; int4: byte j
+//          of a block holds k = 2j (low nibble) and 2j + 1 (high nibble)
+//   scales [N, k_blocks] of act_t or fp32
+//   zp     uint8, int4: [N, ceil(k_blocks / 2)], block b in nibble b & 1 of
+//          byte b / 2; int8: [N, k_blocks]. Absent: 8 (int4) or 128 (int8)
+//
+// Entries (each behind NBITS_ALL_ENTRIES || NBITS_ENTRY_<name>):
+//   nbits_prefill_gemm     fused dequantising mma.sync GEMM (+ bias)
+//   nbits_prefill_gate_up  the same with the gate and up weight sets of one
+//                          paired node in one CTA: y = silu(gate) * up
+//   nbits_dequantize       W[n_count, K] of act_t for columns n_begin.., for
+//                          the dequantise + cuBLASLt route of large M
+//   nbits_rmsnorm_rows     A'[r, k] = A[r, k] * inv_std[r] * gamma[k]
+//
+// Fused GEMM scheme. The weights are the mma A operand (16 output columns x 16
+// k, row-major: ORT's K-contiguous columns), the activations the B operand
+// (8 tokens x 16 k), fp32 accumulators hold C[column][token]. A dot product
+// does not depend on the order of k, so both operands use one permutation of
+// k within each 8-k unit group that lets every thread read its weight bytes
+// contiguously: in a warp's k range, thread t (lane & 3) owns the 8-k units
+// t * UNITS + j (j < UNITS). In the mma step 2j + h of those units, its slot
+// pair {2t, 2t+1} is k pair 2h of its unit j and slot pair {2t+8, 2t+9} is k
+// pair 2h + 1. The B operand takes the same pairs straight from the
+// activation row (one 16-byte load per unit), the A operand dequantises the
+// matching bytes of the weight row (one int4 byte = one k pair).
+//
+// Dequantisation in registers, exact to one rounding: a code c is placed in
+// the mantissa of the magic number MAGIC = 1024 (fp16) or 128 (bf16) with
+// prmt + lop3 (int4) or prmt (int8), MAGIC + c - (MAGIC + zp) is exact, and
+// the product with the scale is the only rounding (the scale is first rounded
+// to act_t when it is fp32). bf16 int8 codes need 8 mantissa bits and go
+// through fp32 instead. nbits_dequantize uses the same helpers, so both
+// routes see the same weights.
+//
+// Compile-time macros (defaults in brackets):
+//   NBITS_ACT_BF16   [0]   activations, output, bias: 0 fp16, 1 bf16
+//   NBITS_SCALE_F32  [0]   scales: 0 act_t, 1 fp32
+//   NBITS_GAMMA_F32  [0]   RMS-norm gamma: 0 act_t, 1 fp32
+//   NBITS_BITS       [4]   4 or 8
+//   NBITS_BLOCK_SIZE [32]  power of two >= 16
+//   NBITS_K          [4096]
+//   NBITS_HAS_ZP     [0]   zero_points read (1) or the symmetric default (0)
+//   NBITS_BIAS_MODE  [0]   0 none, 1 plain y = T(acc + bias),
+//                          2 folded y = T(T(acc) + bias)
+//   NBITS_TILE_N     [128] weight rows per CTA (paired: gate + up rows, so
+//                          TILE_N / 2 output columns)
+//   NBITS_TILE_M     [64]  tokens per CTA
+//   NBITS_TILE_K     [64]  k per pipeline stage (64, 128 or 256)
+//   NBITS_WARPS_N    [4]   warps across the CTA's weight rows
+//   NBITS_WARPS_M    [2]   warps across its tokens
+//   NBITS_WARPS_K    [1]   warps splitting each stage's k (summed at the end)
+//   NBITS_STAGES     [4]   cp.async pipeline depth
+//   NBITS_GROUP_N    [8]   CTA raster: groups of GROUP_N column tiles, tokens
+//                          fastest inside a group, so a wave shares weights
+//   NBITS_MIN_CTAS   [1]   __launch_bounds__ minimum CTAs per SM (register cap)
+//   NBITS_NORM_THREADS [256], NBITS_DEQ_THREADS [256], NBITS_DEQ_UNITS [4]
+// Constraints (static_assert): TILE_N / WARPS_N % 16 == 0, TILE_M / WARPS_M
+// % 8 == 0, UNITS = TILE_K / WARPS_K / 32 in {1, 2, 4}, 8 * UNITS <=
+// BLOCK_SIZE, TILE_N % 32 == 0 (paired: % 64 == 0).
+//
+// Launch geometry (THREADS = 32 * WARPS_N * WARPS_M * WARPS_K):
+//   nbits_prefill_gemm     grid (ceil(N / TILE_N), ceil(M / TILE_M)),
+//                          block THREADS, dynamic smem SMEM (below)
+//   nbits_prefill_gate_up  grid (ceil(N / (TILE_N / 2)), ceil(M / TILE_M)),
+//                          block THREADS, dynamic smem SMEM
+//   nbits_dequantize       grid ceil(n_count * ceil(K / 8) / (DEQ_THREADS *
+//                          DEQ_UNITS)), block DEQ_THREADS, no dynamic smem
+//   nbits_rmsnorm_rows     grid rows, block NORM_THREADS, no dynamic smem
+// SMEM = max(STAGES * STAGE, WARPS_K * TILE_M * (TILE_N + 4) * 4), with
+//   STAGE = round_up_16(TILE_N * TILE_K * BITS / 8 + TILE_M * TILE_K * 2
+//                       + TILE_N * 4 * (SW + (HAS_ZP ? ZW : 0)))
+//   SPT = TILE_K >= BLOCK_SIZE ? TILE_K / BLOCK_SIZE : 1 (blocks per stage)
+//   ES = sizeof(scale); SW = ((ES >= 4 ? 0 : 4 - ES) + SPT * ES - 1) / 4 + 1
+//   ZB = BITS == 4 ? (SPT == 1 ? 1 : SPT / 2 + 1) : SPT; ZW = (ZB + 2) / 4 + 1
+// The compiled module also exports it as the int nbits_prefill_smem_bytes.
+// Above 48 KiB the host must raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+//
+// Tile presets that measured fastest on an H200 (TILE_N, TILE_M, TILE_K,
+// WARPS_N, WARPS_M, WARPS_K, STAGES, MIN_CTAS); above M = 128 the
+// dequantise + cuBLASLt route is faster than every preset:
+//   M <= 16         64,  16, 256, 4, 1, 2, 4, 1
+//   16 < M <= 32    64,  32, 256, 4, 1, 2, 4, 1
+//   32 < M <= 64   128,  64, 128, 4, 1, 2, 4, 1  (K < 4096: 64, 32, 128, 4, 1, 1, 4, 1)
+//   64 < M <= 128  128, 128,  64, 4, 2, 1, 4, 2
+
+#include "nbits/half.cuh"
+#include "nbits/reduce.cuh"
+
+#ifndef NBITS_ACT_BF16
+#define NBITS_ACT_BF16 0
+#endif
+#ifndef NBITS_SCALE_F32
+#define NBITS_SCALE_F32 0
+#endif
+#ifndef NBITS_GAMMA_F32
+#define NBITS_GAMMA_F32 0
+#endif
+#ifndef NBITS_BITS
+#define NBITS_BITS 4
+#endif
+#ifndef NBITS_BLOCK_SIZE
+#define NBITS_BLOCK_SIZE 32
+#endif
+#ifndef NBITS_K
+#define NBITS_K 4096
+#endif
+#ifndef NBITS_HAS_ZP
+#define NBITS_HAS_ZP 0
+#endif
+#ifndef NBITS_BIAS_MODE
+#define NBITS_BIAS_MODE 0
+#endif
+#ifndef NBITS_TILE_N
+#define NBITS_TILE_N 128
+#endif
+#ifndef NBITS_TILE_M
+#define NBITS_TILE_M 64
+#endif
+#ifndef NBITS_TILE_K
+#define NBITS_TILE_K 64
+#endif
+#ifndef NBITS_WARPS_N
+#define NBITS_WARPS_N 4
+#endif
+#ifndef NBITS_WARPS_M
+#define NBITS_WARPS_M 2
+#endif
+#ifndef NBITS_WARPS_K
+#define NBITS_WARPS_K 1
+#endif
+#ifndef NBITS_STAGES
+#define NBITS_STAGES 4
+#endif
+#ifndef NBITS_GROUP_N
+#define NBITS_GROUP_N 8
+#endif
+#ifndef NBITS_MIN_CTAS
+#define NBITS_MIN_CTAS 1
+#endif
+#ifndef NBITS_NORM_THREADS
+#define NBITS_NORM_THREADS 256
+#endif
+#ifndef NBITS_DEQ_THREADS
+#define NBITS_DEQ_THREADS 256
+#endif
+#ifndef NBITS_DEQ_UNITS
+#define NBITS_DEQ_UNITS 4
+#endif
+
+namespace nbits_prefill {
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+
+#if NBITS_ACT_BF16
+typedef __nv_bfloat16 act_t;
+#else
+typedef __half act_t;
+#endif
+#if NBITS_SCALE_F32
+typedef float scale_t;
+#else
+typedef act_t scale_t;
+#endif
+#if NBITS_GAMMA_F32
+typedef float gamma_t;
+#else
+typedef act_t gamma_t;
+#endif
+
+// [[maybe_unused]]: a single-entry compile leaves some of these unreferenced.
+[[maybe_unused]] constexpr bool kBf16 = NBITS_ACT_BF16 != 0;
+[[maybe_unused]] constexpr int kBits = NBITS_BITS;
+[[maybe_unused]] constexpr int kBlockSize = NBITS_BLOCK_SIZE;
+[[maybe_unused]] constexpr int kK = NBITS_K;
+[[maybe_unused]] constexpr bool kHasZp = NBITS_HAS_ZP != 0;
+[[maybe_unused]] constexpr int kBiasMode = NBITS_BIAS_MODE;
+[[maybe_unused]] constexpr int kKBlocks = (kK + kBlockSize - 1) / kBlockSize;
+[[maybe_unused]] constexpr int kBlob = kBlockSize * kBits / 8;
+[[maybe_unused]] constexpr int kRowBytes = kKBlocks * kBlob;  // one column of B
+[[maybe_unused]] constexpr int kZpRowBytes = kBits == 4 ? (kKBlocks + 1) / 2 : kKBlocks;
+[[maybe_unused]] constexpr int kDefaultZp = kBits == 4 ? 8 : 128;
+[[maybe_unused]] constexpr int kScaleBytes = (int)sizeof(scale_t);
+
+static_assert(kBits == 4 || kBits == 8, "NBITS_BITS is 4 or 8");
+static_assert(kBlockSize >= 16 && (kBlockSize & (kBlockSize - 1)) == 0,
+    "NBITS_BLOCK_SIZE is a power of two >= 16");
+
+// ------------------------------------------------------------------ scalars
+
+__device__ __forceinline__ float to_float(const __half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(const __nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(const float v) { return v; }
+
+__device__ __forceinline__ act_t to_act(const float v)
+{
+#if NBITS_ACT_BF16
+    return __float2bfloat16_rn(v);
+#else
+    return __float2half_rn(v);
+#endif
+}
+
+__device__ __forceinline__ unsigned short act_bits(const act_t v)
+{
+    return *reinterpret_cast<const unsigned short*>(&v);
+}
+
+// The scale as act_t bits in both halves of a packed pair.
+__device__ __forceinline__ u32 scale_pair(const scale_t s)
+{
+#if NBITS_SCALE_F32
+    const u32 bits = act_bits(to_act(s));
+#else
+    const u32 bits = act_bits(s);
+#endif
+    return bits | (bits << 16);
+}
+
+// Packed act_t pair arithmetic, two elements per 32-bit register (low half =
+// lower k). fma with 1 or -0 gives an exactly rounded add or multiply and
+// exists for bf16 from sm_80 on.
+__device__ __forceinline__ u32 pair_fma(const u32 a, const u32 b, const u32 c)
+{
+    u32 d;
+#if NBITS_ACT_BF16
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+#else
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+#endif
+    return d;
+}
+
+[[maybe_unused]] constexpr u32 kPairOne = kBf16 ? 0x3F803F80u : 0x3C003C00u;
+[[maybe_unused]] constexpr u32 kPairNegZero = 0x80008000u;
+
+// ------------------------------------------------------------ dequantising
+
+// Per (column, block) constants of the dequantisation: `bias` is the packed
+// -(MAGIC + zp) (bf16 int8: the fp32 bits of -(2^23 + zp)), `scale` the packed
+// scale pair.
+struct DequantConst {
+    u32 bias;
+    u32 scale;
+};
+
+__device__ __forceinline__ DequantConst make_dequant_const(const scale_t s, const int zp)
+{
+    DequantConst c;
+    c.scale = scale_pair(s);
+    if (kBf16 && kBits == 8) {
+        c.bias = __float_as_uint(-(8388608.0f + (float)zp));
+    } else {
+        // -(MAGIC + zp): the sign bit over MAGIC's exponent, zp in the mantissa.
+        const u32 h = (kBf16 ? 0xC300u : 0xE400u) | (u32)zp;
+        c.bias = h | (h << 16);
+    }
+    return c;
+}
+
+// (MAGIC + code) for the two codes of k pair `p` (0..3) of an 8-k unit.
+// int4: `w` is the unit's 4 bytes, `w_shr4` = w >> 4; byte p of w carries
+// k 2p in its low nibble and byte p of w_shr4 carries k 2p + 1.
+template <int p>
+__device__ __forceinline__ u32 int4_magic_pair(const u32 w, const u32 w_shr4)
+{
+    const u32 z = __byte_perm(w, w_shr4, p | ((p + 4) << 8));
+    return (z & 0x000F000Fu) | (kBf16 ? 0x43004300u : 0x64006400u);
+}
+
+// The dequantised act_t pair of k pair `p` of a unit; int8: `w0`, `w1` are
+// the unit's 8 bytes.
+template <int p>
+__device__ __forceinline__ u32 dequant_pair(const u32 w0, const u32 w1, const DequantConst c)
+{
+    if (kBits == 4) {
+        const u32 v = int4_magic_pair<p>(w0, w1);
+        return pair_fma(pair_fma(v, kPairOne, c.bias), c.scale, kPairNegZero);
+    } else {
+        const u32 w = p < 2 ? w0 : w1;
+        constexpr int b = 2 * (p & 1);
+        if (kBf16) {
+            const float lo = __uint_as_float(__byte_perm(w, 0x4B000000u, b | 0x7440)) + __uint_as_float(c.bias);
+            const float hi = __uint_as_float(__byte_perm(w, 0x4B000000u, (b + 1) | 0x7440)) + __uint_as_float(c.bias);
+            u32 d;
+            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+            return pair_fma(d, c.scale, kPairNegZero);
+        } else {
+            const u32 v = __byte_perm(w, 0x64646464u, b | 0x4040 | ((b + 1) << 8));
+            return pair_fma(pair_fma(v, kPairOne, c.bias), c.scale, kPairNegZero);
+        }
+    }
+}
+
+// Unit j of a thread's weight words: int4 one word, int8 two.
+template <int kWords>
+struct UnitWords {
+    u32 w[kWords];
+};
+
+// ------------------------------------------------------------------ PTX
+
+__device__ __forceinline__ u32 smem_addr(const void* p)
+{
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// Asynchronous global -> shared copy of `bytes` (4, 8 or 16) to the shared
+// address `dst`; only the first `src_bytes` are read, the rest is zero-filled
+// (0 reads nothing).
+template <int bytes>
+__device__ __forceinline__ void cp_async(const u32 dst, const void* src, const int src_bytes)
+{
+    if (bytes == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+            :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
+            :: "r"(dst), "l"(src), "n"(bytes), "r"(src_bytes) : "memory");
+    }
+}
+
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int pending>
+__device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(pending) : "memory");
+}
+
+// c += a . b, m16n8k16, fp32 accumulators.
+__device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], const u32 b0, const u32 b1)
+{
+#if NBITS_ACT_BF16
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+#else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+#endif
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ------------------------------------------------------------ fused GEMM
+
+[[maybe_unused]] constexpr int kTileN = NBITS_TILE_N;
+[[maybe_unused]] constexpr int kTileM = NBITS_TILE_M;
+[[maybe_unused]] constexpr int kTileK = NBITS_TILE_K;
+[[maybe_unused]] constexpr int kWarpsN = NBITS_WARPS_N;
+[[maybe_unused]] constexpr int kWarpsM = NBITS_WARPS_M;
+[[maybe_unused]] constexpr int kWarpsK = NBITS_WARPS_K;
+[[maybe_unused]] constexpr int kStages = NBITS_STAGES;
+[[maybe_unused]] constexpr int kThreads = 32 * kWarpsN * kWarpsM * kWarpsK;
+[[maybe_unused]] constexpr int kWarpN = kTileN / kWarpsN;  // weight rows per warp
+[[maybe_unused]] constexpr int kWarpM = kTileM / kWarpsM;  // tokens per warp
+[[maybe_unused]] constexpr int kWarpK = kTileK / kWarpsK;  // k per warp and stage
+[[maybe_unused]] constexpr int kUnits = kWarpK / 32;       // 8-k units per thread and stage
+[[maybe_unused]] constexpr int kFragsN = kWarpN / 16;
+[[maybe_unused]] constexpr int kFragsM = kWarpM / 8;
+[[maybe_unused]] constexpr int kTilesK = (kK + kTileK - 1) / kTileK;
+[[maybe_unused]] constexpr int kChunks = kTileK / 8;                   // 16-byte chunks per token row
+[[maybe_unused]] constexpr int kWRowBytes = kTileK * kBits / 8;        // per weight row and stage
+[[maybe_unused]] constexpr int kWCopy = kRowBytes % 16 == 0 ? 16 : 8;  // B rows 16-byte aligned?
+[[maybe_unused]] constexpr int kUnitWords = kBits / 4;                 // 32-bit words per 8-k unit
+[[maybe_unused]] constexpr int kThreadWords = kUnits * kUnitWords;     // per weight row and stage
+[[maybe_unused]] constexpr bool kActAsync = kK % 8 == 0;               // 16-byte activation chunks
+[[maybe_unused]] constexpr int kSpt = kTileK >= kBlockSize ? kTileK / kBlockSize : 1;
+[[maybe_unused]] constexpr int kScaleWords =
+    ((kScaleBytes >= 4 ? 0 : 4 - kScaleBytes) + kSpt * kScaleBytes - 1) / 4 + 1;
+[[maybe_unused]] constexpr int kZpBytes = kBits == 4 ? (kSpt == 1 ? 1 : kSpt / 2 + 1) : kSpt;
+[[maybe_unused]] constexpr int kZpWords = kHasZp ? (kZpBytes + 2) / 4 + 1 : 0;
+[[maybe_unused]] constexpr int kWBytes = kTileN * kWRowBytes;
+[[maybe_unused]] constexpr int kABytes = kTileM * kTileK * 2;
+[[maybe_unused]] constexpr int kSBytes = kTileN * kScaleWords * 4;
+[[maybe_unused]] constexpr int kZBytes = kTileN * kZpWords * 4;
+[[maybe_unused]] constexpr int kStageBytes = (kWBytes + kABytes + kSBytes + kZBytes + 15) / 16 * 16;
+[[maybe_unused]] constexpr int kEpiStride = kTileN + 4;  // floats per staged token row
+[[maybe_unused]] constexpr int kEpiBytes = kWarpsK * kTileM * kEpiStride * 4;
+[[maybe_unused]] constexpr int kSmemBytes =
+    kStages * kStageBytes > kEpiBytes ? kStages * kStageBytes : kEpiBytes;
+
+static_assert(kWarpN % 16 == 0, "TILE_N / WARPS_N must be a multiple of 16");
+static_assert(kWarpM % 8 == 0, "TILE_M / WARPS_M must be a multiple of 8");
+static_assert(kUnits == 1 || kUnits == 2 || kUnits == 4,
+    "TILE_K / WARPS_K / 32 must be 1, 2 or 4");
+static_assert(kChunks >= 8, "TILE_K >= 64");
+static_assert(8 * kUnits <= kBlockSize, "a thread's k range must lie in one block");
+static_assert(kTileN % 32 == 0, "TILE_N multiple of 32");
+static_assert(kStages >= 2, "at least two stages");
+
+// Physical 16-byte chunk of logical chunk `q` in token row `row`: a phase of
+// 8 lanes (two token rows, t = 0..3) reads 8 different bank groups.
+__device__ __forceinline__ int act_chunk_swizzle(const int row, const int q)
+{
+    if (kUnits == 1) {
+        return q ^ ((row & 1) << 2);
+    } else if (kUnits == 2) {
+        return q ^ (row & 1);
+    } else {
+        return q ^ ((q >> 2) & 3) ^ (row & 1);
+    }
+}
+
+// Where the CTA's weight rows come from: one weight set, or the gate set for
+// the first TILE_N / 2 rows and the up set for the rest.
+template <bool kPaired>
+struct WeightSource {
+    const u8* b0;             // the weight set of the first TILE_N / 2 rows
+    const u8* b1;             // paired: the set of the others
+    const scale_t* scales0;
+    const scale_t* scales1;
+    const u8* zp0;
+    const u8* zp1;
+    int n0;  // first output column of the CTA
+    int n;
+
+    // Selected by value, never by index, so the pointers stay in registers.
+    __device__ __forceinline__ bool second(const int r) const
+    {
+        return kPaired && r >= kTileN / 2;
+    }
+    __device__ __forceinline__ const u8* b(const int r) const { return second(r) ? b1 : b0; }
+    __device__ __forceinline__ const scale_t* scales(const int r) const
+    {
+        return second(r) ? scales1 : scales0;
+    }
+    __device__ __forceinline__ const u8* zp(const int r) const { return second(r) ? zp1 : zp0; }
+    // Clamped column of CTA weight row r.
+    __device__ __forceinline__ int column_of(const int r) const
+    {
+        const int c = n0 + (kPaired ? r % (kTileN / 2) : r);
+        return c < n ? c : n - 1;
+    }
+};
+
+struct StageView {
+    u8* w;      // [TILE_N][WROW] weight bytes
+    u8* a;      // [TILE_M][CHUNKS] swizzled 16-byte activation chunks
+    u8* s;      // [TILE_N][SW] scale words
+    u8* z;      // [TILE_N][ZW] zero-point words
+};
+
+__device__ __forceinline__ StageView stage_view(u8* smem, const int stage)
+{
+    StageView v;
+    v.w = smem + stage * kStageBytes;
+    v.a = v.w + kWBytes;
+    v.s = v.a + kABytes;
+    v.z = v.s + kSBytes;
+    return v;
+}
+
+// (column tile, token tile) of this CTA. Consecutive CTAs take the token
+// tiles of a group of GROUP_N column tiles, so the CTAs resident at once
+// read each weight tile from DRAM once and share it through L2 when the
+// weights are larger than L2.
+__device__ __forceinline__ int2 cta_tile()
+{
+    const int n_tiles = (int)gridDim.x;
+    const int m_tiles = (int)gridDim.y;
+    const int id = (int)blockIdx.y * n_tiles + (int)blockIdx.x;
+    const int group = id / (NBITS_GROUP_N * m_tiles);
+    const int first = group * NBITS_GROUP_N;
+    const int width = n_tiles - first < NBITS_GROUP_N ? n_tiles - first : NBITS_GROUP_N;
+    const int within = id - first * m_tiles;
+    return make_int2(first + within % width, within / width);
+}
+
+// Copies word `word` of the 4-byte words that cover the bytes from `byte0` on
+// of a byte array of `total` bytes (word-aligned down), reading nothing past
+// the end.
+__device__ __forceinline__ void cp_async_word(
+    const u32 dst, const u8* base, const int byte0, const int total, const int word)
+{
+    const int at = (byte0 & ~3) + 4 * word;
+    const int left = total - at;
+    const int bytes = left >= 4 ? 4 : (left > 0 ? left : 0);
+    cp_async<4>(dst, base + (bytes > 0 ? at : 0), bytes);
+}
+
+// Issues the copies of k tile `tile` into the stage at shared address `stage`
+// (generic pointer `stage_ptr`). Copy i of a kind goes to thread i % THREADS,
+// so every trip count is a compile-time constant and everything but the tile
+// offset is loop-invariant.
+template <bool kPaired>
+__device__ __forceinline__ void load_stage(
+    const u32 stage,
+    u8* stage_ptr,
+    const int tile,
+    const act_t* __restrict__ a,
+    const WeightSource<kPaired>& src,
+    const int m,
+    const int m0)
+{
+    const int tid = (int)threadIdx.x;
+
+    // Weights: TILE_N rows x WROW bytes in kWCopy-byte pieces, row-major.
+    constexpr int kPieces = kWRowBytes / kWCopy;
+    constexpr int kWCopies = kTileN * kPieces;
+#pragma unroll
+    for (int it = 0; it < (kWCopies + kThreads - 1) / kThreads; ++it) {
+        const int i = tid + it * kThreads;
+        if (kWCopies % kThreads == 0 || i < kWCopies) {
+            const int r = i / kPieces;
+            const int off = tile * kWRowBytes + (i % kPieces) * kWCopy;
+            const u8* row = src.b(r) + (long)src.column_of(r) * kRowBytes;
+            const bool in = off < kRowBytes;
+            cp_async<kWCopy>(stage + i * kWCopy, in ? row + off : row, in ? kWCopy : 0);
+        }
+    }
+
+    // Activations: TILE_M rows x CHUNKS chunks; rows >= m and k >= K read as 0.
+    constexpr int kACopies = kTileM * kChunks;
+#pragma unroll
+    for (int it = 0; it < (kACopies + kThreads - 1) / kThreads; ++it) {
+        const int i = tid + it * kThreads;
+        if (kACopies % kThreads == 0 || i < kACopies) {
+            const int r = i / kChunks;
+            const int q = i % kChunks;
+            const int row = m0 + r;
+            const int k = tile * kTileK + q * 8;
+            const int dst = kWBytes + r * (kTileK * 2) + act_chunk_swizzle(r, q) * 16;
+            if (kActAsync) {
+                const bool in = row < m && k < kK;
+                cp_async<16>(stage + dst, in ? a + (long)row * kK + k : a, in ? 16 : 0);
+            } else {
+                act_t* d = reinterpret_cast<act_t*>(stage_ptr + dst);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    d[e] = (row < m && k + e < kK) ? a[(long)row * kK + k + e] : to_act(0.0f);
+                }
+            }
+        }
+    }
+
+    // Scales and zero points of the blocks this tile touches: the words
+    // covering them, [TILE_N][SW] and [TILE_N][ZW], row-major.
+    const int kb0 = tile * kTileK / kBlockSize;
+    constexpr int kSCopies = kTileN * kScaleWords;
+#pragma unroll
+    for (int it = 0; it < (kSCopies + kThreads - 1) / kThreads; ++it) {
+        const int i = tid + it * kThreads;
+        if (kSCopies % kThreads == 0 || i < kSCopies) {
+            const int r = i / kScaleWords;
+            const int byte0 = (src.column_of(r) * kKBlocks + kb0) * kScaleBytes;
+            cp_async_word(stage + kWBytes + kABytes + 4 * i,
+                reinterpret_cast<const u8*>(src.scales(r)), byte0,
+                src.n * kKBlocks * kScaleBytes, i % kScaleWords);
+        }
+    }
+    if (kHasZp) {
+        constexpr int kZw = kZpWords > 0 ? kZpWords : 1;
+        constexpr int kZCopies = kTileN * kZw;
+#pragma unroll
+        for (int it = 0; it < (kZCopies + kThreads - 1) / kThreads; ++it) {
+            const int i = tid + it * kThreads;
+            if (kZCopies % kThreads == 0 || i < kZCopies) {
+                const int r = i / kZw;
+                const int byte0 = src.column_of(r) * kZpRowBytes + (kBits == 4 ? kb0 / 2 : kb0);
+                cp_async_word(stage + kWBytes + kABytes + kSBytes + 4 * i, src.zp(r), byte0,
+                    src.n * kZpRowBytes, i % kZw);
+            }
+        }
+    }
+}
+
+// Dequantisation constants of CTA weight row `r` for the block this thread's
+// k range of tile `tile` lies in.
+template <bool kPaired>
+__device__ __forceinline__ DequantConst row_const(
+    const StageView& st, const WeightSource<kPaired>& src, const int r, const int tile,
+    const int block_in_tile)
+{
+    const int col = src.column_of(r);
+    const int kb0 = tile * kTileK / kBlockSize;
+    const int e0 = col * kKBlocks + kb0;
+    const int s_off = ((e0 * kScaleBytes) & 3) + block_in_tile * kScaleBytes;
+    const scale_t s = *reinterpret_cast<const scale_t*>(st.s + r * kScaleWords * 4 + s_off);
+    int zp = kDefaultZp;
+    if (kHasZp) {
+        const int block = kb0 + block_in_tile;
+        if (kBits == 4) {
+            const int z0 = col * kZpRowBytes + kb0 / 2;
+            const int z_off = (z0 & 3) + (block / 2 - kb0 / 2);
+            zp = (st.z[r * kZpWords * 4 + z_off] >> (4 * (block & 1))) & 15;
+        } else {
+            const int z0 = col * kKBlocks + kb0;
+            zp = st.z[r * kZpWords * 4 + (z0 & 3) + block_in_tile];
+        }
+    }
+    return make_dequant_const(s, zp);
+}
+
+template <int kWords>
+__device__ __forceinline__ void load_words(u32 (&w)[kWords], const u8* p)
+{
+    if (kWords % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < kWords; i += 4) {
+            const uint4 v = *reinterpret_cast<const uint4*>(p + 4 * i);
+            w[i] = v.x; w[i + 1] = v.y; w[i + 2] = v.z; w[i + 3] = v.w;
+        }
+    } else if (kWords == 2) {
+        const uint2 v = *reinterpret_cast<const uint2*>(p);
+        w[0] = v.x; w[1] = v.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < kWords; ++i) {
+            w[i] = reinterpret_cast<const u32*>(p)[i];
+        }
+    }
+}
+
+// A fragment of k step 2j + h: slot pair {2t, 2t+1} = k pair 2h of unit j,
+// {2t+8, 2t+9} = pair 2h + 1; rows g and g + 8.
+template <int j, int h>
+__device__ __forceinline__ void weight_fragment(
+    u32 (&frag)[4], const u32 (&lo)[kThreadWords], const u32 (&hi)[kThreadWords],
+    const DequantConst c_lo, const DequantConst c_hi)
+{
+    const u32 lo0 = lo[j * kUnitWords];
+    const u32 hi0 = hi[j * kUnitWords];
+    const u32 lo1 = kBits == 4 ? lo0 >> 4 : lo[j * kUnitWords + kUnitWords - 1];
+    const u32 hi1 = kBits == 4 ? hi0 >> 4 : hi[j * kUnitWords + kUnitWords - 1];
+    frag[0] = dequant_pair<2 * h>(lo0, lo1, c_lo);
+    frag[1] = dequant_pair<2 * h>(hi0, hi1, c_hi);
+    frag[2] = dequant_pair<2 * h + 1>(lo0, lo1, c_lo);
+    frag[3] = dequant_pair<2 * h + 1>(hi0, hi1, c_hi);
+}
+
+// Activation chunk of unit j for token fragment f: registers 0, 1 are the B
+// fragment of step 2j, registers 2, 3 that of step 2j + 1.
+template <int j>
+__device__ __forceinline__ void act_fragment(
+    u32 (&b)[4], const StageView& st, const int f, const int wm, const int wk, const int g,
+    const int t)
+{
+    const int row = wm * kWarpM + f * 8 + g;
+    const int q = wk * (kWarpK / 8) + t * kUnits + j;
+    const uint4 v = *reinterpret_cast<const uint4*>(
+        st.a + row * (kTileK * 2) + act_chunk_swizzle(row, q) * 16);
+    b[0] = v.x; b[1] = v.y; b[2] = v.z; b[3] = v.w;
+}
+
+// Both k steps of unit j. The operand needing fewer registers for the whole
+// warp tile is materialised first and the other streamed: A fragments (8
+// registers per 16 weight rows) or B fragments (4 per 8 tokens).
+template <int j>
+__device__ __forceinline__ void compute_unit(
+    float (&acc)[kFragsN][kFragsM][4],
+    const StageView& st,
+    const u32 (&words)[kFragsN][2][kThreadWords],
+    const DequantConst (&consts)[kFragsN][2],
+    const int wm, const int wk, const int g, const int t)
+{
+    if (kFragsN * 8 <= kFragsM * 4) {
+        u32 afrag[kFragsN][2][4];
+#pragma unroll
+        for (int i = 0; i < kFragsN; ++i) {
+            weight_fragment<j, 0>(afrag[i][0], words[i][0], words[i][1], consts[i][0], consts[i][1]);
+            weight_fragment<j, 1>(afrag[i][1], words[i][0], words[i][1], consts[i][0], consts[i][1]);
+        }
+#pragma unroll
+        for (int f = 0; f < kFragsM; ++f) {
+            u32 b[4];
+            act_fragment<j>(b, st, f, wm, wk, g, t);
+#pragma unroll
+            for (int i = 0; i < kFragsN; ++i) {
+                mma_16816(acc[i][f], afrag[i][0], b[0], b[1]);
+                mma_16816(acc[i][f], afrag[i][1], b[2], b[3]);
+            }
+        }
+    } else {
+        u32 bfrag[kFragsM][4];
+#pragma unroll
+        for (int f = 0; f < kFragsM; ++f) {
+            act_fragment<j>(bfrag[f], st, f, wm, wk, g, t);
+        }
+#pragma unroll
+        for (int i = 0; i < kFragsN; ++i) {
+            u32 afrag[4];
+            weight_fragment<j, 0>(afrag, words[i][0], words[i][1], consts[i][0], consts[i][1]);
+#pragma unroll
+            for (int f = 0; f < kFragsM; ++f) {
+                mma_16816(acc[i][f], afrag, bfrag[f][0], bfrag[f][1]);
+            }
+            weight_fragment<j, 1>(afrag, words[i][0], words[i][1], consts[i][0], consts[i][1]);
+#pragma unroll
+            for (int f = 0; f < kFragsM; ++f) {
+                mma_16816(acc[i][f], afrag, bfrag[f][2], bfrag[f][3]);
+            }
+        }
+    }
+}
+
+template <bool kPaired>
+__device__ __forceinline__ void compute_stage(
+    float (&acc)[kFragsN][kFragsM][4],
+    const StageView& st,
+    const WeightSource<kPaired>& src,
+    const int tile)
+{
+    const int lane = (int)threadIdx.x & 31;
+    const int warp = (int)threadIdx.x >> 5;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int wk = warp / (kWarpsN * kWarpsM);
+    const int wn = warp % kWarpsN;
+    const int wm = (warp / kWarpsN) % kWarpsM;
+    const int k_in_tile = wk * kWarpK + t * kUnits * 8;
+    const int block_in_tile = kBlockSize < kTileK ? k_in_tile / kBlockSize : 0;
+
+    u32 words[kFragsN][2][kThreadWords];
+    DequantConst consts[kFragsN][2];
+#pragma unroll
+    for (int i = 0; i < kFragsN; ++i) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = wn * kWarpN + i * 16 + g + 8 * half;
+            load_words(words[i][half], st.w + r * kWRowBytes + k_in_tile * kBits / 8);
+            consts[i][half] = row_const(st, src, r, tile, block_in_tile);
+        }
+    }
+    compute_unit<0>(acc, st, words, consts, wm, wk, g, t);
+    if (kUnits > 1) {
+        compute_unit<1 % kUnits>(acc, st, words, consts, wm, wk, g, t);
+    }
+    if (kUnits > 2) {
+        compute_unit<2 % kUnits>(acc, st, words, consts, wm, wk, g, t);
+        compute_unit<3 % kUnits>(acc, st, words, consts, wm, wk, g, t);
+    }
+}
+
+// Main loop: accumulators of this thread's fragments over all of K, then the
+// staged fp32 tile in shared memory: epi[wk][token][CTA weight row].
+template <bool kPaired>
+__device__ __forceinline__ void gemm_mainloop(
+    u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src,
+    const int m, const int m0)
+{
+    float acc[kFragsN][kFragsM][4];
+#pragma unroll
+    for (int i = 0; i < kFragsN; ++i)
+#pragma unroll
+        for (int f = 0; f < kFragsM; ++f)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][f][e] = 0.0f;
+
+    const u32 smem_base = smem_addr(smem);
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+        if (s < kTilesK) {
+            load_stage(smem_base + s * kStageBytes, smem + s * kStageBytes, s, a, src, m, m0);
+        }
+        cp_async_commit();
+    }
+#pragma unroll 1
+    for (int tile = 0; tile < kTilesK; ++tile) {
+        cp_async_wait<kStages - 2>();
+        __syncthreads();
+        const int next = tile + kStages - 1;
+        if (next < kTilesK) {
+            const int stage = next % kStages;
+            load_stage(smem_base + stage * kStageBytes, smem + stage * kStageBytes, next, a, src,
+                m, m0);
+        }
+        cp_async_commit();
+        compute_stage(acc, stage_view(smem, tile % kStages), src, tile);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    const int lane = (int)threadIdx.x & 31;
+    const int warp = (int)threadIdx.x >> 5;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int wk = warp / (kWarpsN * kWarpsM);
+    const int wn = warp % kWarpsN;
+    const int wm = (warp / kWarpsN) % kWarpsM;
+    float* epi = reinterpret_cast<float*>(smem) + wk * kTileM * kEpiStride;
+#pragma unroll
+    for (int i = 0; i < kFragsN; ++i) {
+#pragma unroll
+        for (int f = 0; f < kFragsM; ++f) {
+            const int r = wn * kWarpN + i * 16 + g;
+            const int tok = wm * kWarpM + f * 8 + 2 * t;
+            epi[tok * kEpiStride + r] = acc[i][f][0];
+            epi[(tok + 1) * kEpiStride + r] = acc[i][f][1];
+            epi[tok * kEpiStride + r + 8] = acc[i][f][2];
+            epi[(tok + 1) * kEpiStride + r + 8] = acc[i][f][3];
+        }
+    }
+    __syncthreads();
+}
+
+// Sum over the k-splitting warps of 8 staged values from CTA weight row r0.
+__device__ __forceinline__ void staged_values(
+    float (&v)[8], const u8* smem, const int tok, const int r0)
+{
+    const float* epi = reinterpret_cast<const float*>(smem);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = 0.0f;
+#pragma unroll
+    for (int wk = 0; wk < kWarpsK; ++wk) {
+        const float* p = epi + (wk * kTileM + tok) * kEpiStride + r0;
+        const float4 x = *reinterpret_cast<const float4*>(p);
+        const float4 y = *reinterpret_cast<const float4*>(p + 4);
+        v[0] += x.x; v[1] += x.y; v[2] += x.z; v[3] += x.w;
+        v[4] += y.x; v[5] += y.y; v[6] += y.z; v[7] += y.w;
+    }
+}
+
+union Act8 {
+    uint4 raw;
+    act_t e[8];
+};
+
+// Writes 8 outputs of row `row` from column col0 (those < n), 16-byte
+// vectorised when the row allows it.
+__device__ __forceinline__ void store8(
+    act_t* __restrict__ y, const Act8& out, const int row, const int col0, const int n)
+{
+    act_t* p = y + (long)row * n + col0;
+    if ((n & 7) == 0 && col0 + 8 <= n) {
+        *reinterpret_cast<uint4*>(p) = out.raw;
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            if (col0 + e < n) p[e] = out.e[e];
+        }
+    }
+}
+
+}  // namespace nbits_prefill
+
+using namespace nbits_prefill;
+
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm || NBITS_ENTRY_nbits_prefill_gate_up
+// The dynamic shared memory the two GEMM entries need (prefill_smem_bytes
+// above), readable with cuModuleGetGlobal to check a host-side formula.
+extern "C" __constant__ int nbits_prefill_smem_bytes = kSmemBytes;
+#endif
+
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm
+// y[m, n] = a[m, K] . dequant(b)^T (+ bias). bias_row_stride: 0 broadcasts
+// bias[n]; n reads a per-token [m, n] residual. Ignored when NBITS_BIAS_MODE
+// is 0.
+extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_prefill_gemm(
+    const act_t* __restrict__ a,          // align 2; align 16 when K%8==0
+    const u8* __restrict__ b,             // align 8; align 16 when B_ROW%16==0
+    const scale_t* __restrict__ scales,   // align 4
+    const u8* __restrict__ zero_points,   // align 4
+    const act_t* __restrict__ bias,       // align 2; align 16 when N%8==0
+    act_t* __restrict__ y,                // align 2; align 16 when N%8==0
+    const int m,
+    const int n,
+    const int bias_row_stride)
+{
+    extern __shared__ __align__(16) u8 nbits_prefill_smem[];
+    WeightSource<false> src;
+    src.b0 = src.b1 = b;
+    src.scales0 = src.scales1 = scales;
+    src.zp0 = src.zp1 = zero_points;
+    const int2 tile = cta_tile();
+    src.n0 = tile.x * kTileN;
+    src.n = n;
+    const int m0 = tile.y * kTileM;
+    gemm_mainloop(nbits_prefill_smem, a, src, m, m0);
+
+    constexpr int kGroups = kTileN / 8;
+    for (int item = (int)threadIdx.x; item < kTileM * kGroups; item += kThreads) {
+        const int tok = item / kGroups;
+        const int r0 = (item % kGroups) * 8;
+        const int row = m0 + tok;
+        const int col0 = src.n0 + r0;
+        if (row >= m || col0 >= n) continue;
+        float v[8];
+        staged_values(v, nbits_prefill_smem, tok, r0);
+        Act8 out;
+        if (kBiasMode != 0) {
+            const act_t* bp = bias + (long)row * bias_row_stride + col0;
+            Act8 bv;
+            if ((n & 7) == 0 && col0 + 8 <= n) {
+                bv.raw = *reinterpret_cast<const uint4*>(bp);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; ++e) bv.e[e] = col0 + e < n ? bp[e] : to_act(0.0f);
+            }
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const float bb = to_float(bv.e[e]);
+                out.e[e] = kBiasMode == 1 ? to_act(v[e] + bb)
+                                          : to_act(to_float(to_act(v[e])) + bb);
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) out.e[e] = to_act(v[e]);
+        }
+        store8(y, out, row, col0, n);
+    }
+}
+#endif
+
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gate_up
+// y[m, n] = T(silu(T(a . gate^T)) * T(a . up^T)) for the two weight sets of a
+// paired node (same K, N, bits, block size, scale type, zero-point presence).
+// The gate and up values are rounded to act_t first, as the unfused pair of
+// GEMMs followed by silu_mul would round them.
+extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_prefill_gate_up(
+    const act_t* __restrict__ a,          // align 2; align 16 when K%8==0
+    const u8* __restrict__ b_gate,        // align 8; align 16 when B_ROW%16==0
+    const scale_t* __restrict__ scales_gate,  // align 4
+    const u8* __restrict__ zp_gate,       // align 4
+    const u8* __restrict__ b_up,          // align 8; align 16 when B_ROW%16==0
+    const scale_t* __restrict__ scales_up,    // align 4
+    const u8* __restrict__ zp_up,         // align 4
+    act_t* __restrict__ y,                // align 2; align 16 when N%8==0
+    const int m,
+    const int n)
+{
+    static_assert(kTileN % 64 == 0, "paired TILE_N multiple of 64");
+    extern __shared__ __align__(16) u8 nbits_prefill_smem[];
+    WeightSource<true> src;
+    src.b0 = b_gate;
+    src.b1 = b_up;
+    src.scales0 = scales_gate;
+    src.scales1 = scales_up;
+    src.zp0 = zp_gate;
+    src.zp1 = zp_up;
+    const int2 tile = cta_tile();
+    src.n0 = tile.x * (kTileN / 2);
+    src.n = n;
+    const int m0 = tile.y * kTileM;
+    gemm_mainloop(nbits_prefill_smem, a, src, m, m0);
+
+    constexpr int kGroups = kTileN / 2 / 8;
+    for (int item = (int)threadIdx.x; item < kTileM * kGroups; item += kThreads) {
+        const int tok = item / kGroups;
+        const int r0 = (item % kGroups) * 8;
+        const int row = m0 + tok;
+        const int col0 = src.n0 + r0;
+        if (row >= m || col0 >= n) continue;
+        float gate[8];
+        float up[8];
+        staged_values(gate, nbits_prefill_smem, tok, r0);
+        staged_values(up, nbits_prefill_smem, tok, kTileN / 2 + r0);
+        Act8 out;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            const float x = to_float(to_act(gate[e]));
+            const float u = to_float(to_act(up[e]));
+            // x / (1 + e^-x): e^-x overflows to inf for x < -88, giving -0.
+            out.e[e] = to_act(x / (1.0f + __expf(-x)) * u);
+        }
+        store8(y, out, row, col0, n);
+    }
+}
+#endif
+
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_dequantize
+// w[(c - n_begin) * K + k] = (q[c, k] - zp) * scale for columns c in
+// [n_begin, n_begin + n_count) and k < K, rounded to act_t exactly as the
+// fused kernels dequantise. The (column, 8-k unit) pairs are numbered row-major
+// and each thread takes DEQ_UNITS of them, 32 apart, so every load (4 or 8
+// bytes of B per lane) and every 16-byte store of a warp is contiguous.
+namespace nbits_prefill {
+[[maybe_unused]] constexpr int kDeqUnitsPerRow = (kK + 7) / 8;
+[[maybe_unused]] constexpr int kDeqUnits = NBITS_DEQ_UNITS;
+}  // namespace nbits_prefill
+
+extern "C" __global__ void __launch_bounds__(NBITS_DEQ_THREADS) nbits_dequantize(
+    const u8* __restrict__ b,             // align 4; align 8 when int8
+    const scale_t* __restrict__ scales,   // element-aligned
+    const u8* __restrict__ zero_points,   // align 1
+    act_t* __restrict__ w,                // align 2; align 16 when K%8==0
+    const int n_begin,
+    const int n_count)
+{
+    const long first = ((long)blockIdx.x * (NBITS_DEQ_THREADS / 32) + threadIdx.x / 32)
+        * (32 * kDeqUnits) + (threadIdx.x & 31);
+    const long total = (long)n_count * kDeqUnitsPerRow;
+    u32 words[kDeqUnits][kUnitWords];
+    // All loads first, so each thread has DEQ_UNITS of them in flight.
+#pragma unroll
+    for (int u = 0; u < kDeqUnits; ++u) {
+        const long unit = first + 32 * u;
+        if (unit < total) {
+            const int local = (int)(unit / kDeqUnitsPerRow);
+            const int k0 = (int)(unit % kDeqUnitsPerRow) * 8;
+            const u8* p = b + (long)(n_begin + local) * kRowBytes + k0 * kBits / 8;
+            load_words(words[u], p);
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < kDeqUnits; ++u) {
+        const long unit = first + 32 * u;
+        if (unit >= total) break;
+        const int local = (int)(unit / kDeqUnitsPerRow);
+        const int col = n_begin + local;
+        const int k0 = (int)(unit % kDeqUnitsPerRow) * 8;
+        const int block = k0 / kBlockSize;
+        int zp = kDefaultZp;
+        if (kHasZp) {
+            zp = kBits == 4
+                ? (zero_points[(long)col * kZpRowBytes + block / 2] >> (4 * (block & 1))) & 15
+                : zero_points[(long)col * kKBlocks + block];
+        }
+        const DequantConst c = make_dequant_const(scales[(long)col * kKBlocks + block], zp);
+        const u32 w0 = words[u][0];
+        const u32 w1 = kBits == 4 ? w0 >> 4 : words[u][kUnitWords - 1];
+        uint4 out;
+        out.x = dequant_pair<0>(w0, w1, c);
+        out.y = dequant_pair<1>(w0, w1, c);
+        out.z = dequant_pair<2>(w0, w1, c);
+        out.w = dequant_pair<3>(w0, w1, c);
+        act_t* dst = w + (long)local * kK + k0;
+        if (kK % 8 == 0) {
+            *reinterpret_cast<uint4*>(dst) = out;
+        } else {
+            const act_t* e = reinterpret_cast<const act_t*>(&out);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                if (k0 + i < kK) dst[i] = e[i];
+            }
+        }
+    }
+}
+#endif
+
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_rmsnorm_rows
+// out[r, k] = T((a[r, k] * inv_std[r]) * gamma[k]), inv_std = 1 / sqrt(mean_k
+// a[r, k]^2 + epsilon), fp32 arithmetic (the fused decode norm's formula).
+// One CTA per row.
+extern "C" __global__ void __launch_bounds__(NBITS_NORM_THREADS) nbits_rmsnorm_rows(
+    const act_t* __restrict__ a,          // align 2; align 16 when K%8==0
+    const gamma_t* __restrict__ gamma,    // align 16 when K%8==0
+    act_t* __restrict__ out,              // align 2; align 16 when K%8==0
+    const int rows,
+    const float epsilon)
+{
+    __shared__ float inv_std_shared;
+    const int row = (int)blockIdx.x;
+    if (row >= rows) return;
+    const act_t* x = a + (long)row * kK;
+    act_t* o = out + (long)row * kK;
+    const int tid = (int)threadIdx.x;
+    constexpr bool kVec = kK % 8 == 0;
+
+    float ss = 0.0f;
+    if (kVec) {
+        for (int c = tid; c < kK / 8; c += NBITS_NORM_THREADS) {
+            Act8 v;
+            v.raw = *reinterpret_cast<const uint4*>(x + 8 * c);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const float f = to_float(v.e[e]);
+                ss += f * f;
+            }
+        }
+    } else {
+        for (int k = tid; k < kK; k += NBITS_NORM_THREADS) {
+            const float f = to_float(x[k]);
+            ss += f * f;
+        }
+    }
+    ss = block_sum(ss);
+    if (tid == 0) {
+        inv_std_shared = 1.0f / sqrtf(ss / (float)kK + epsilon);
+    }
+    __syncthreads();
+    const float inv_std = inv_std_shared;
+
+    if (kVec) {
+        for (int c = tid; c < kK / 8; c += NBITS_NORM_THREADS) {
+            Act8 v;
+            v.raw = *reinterpret_cast<const uint4*>(x + 8 * c);
+            float gm[8];
+            if (sizeof(gamma_t) == 4) {
+                const float4 g0 = *reinterpret_cast<const float4*>(gamma + 8 * c);
+                const float4 g1 = *reinterpret_cast<const float4*>(gamma + 8 * c + 4);
+                gm[0] = g0.x; gm[1] = g0.y; gm[2] = g0.z; gm[3] = g0.w;
+                gm[4] = g1.x; gm[5] = g1.y; gm[6] = g1.z; gm[7] = g1.w;
+            } else {
+                Act8 gv;
+                gv.raw = *reinterpret_cast<const uint4*>(gamma + 8 * c);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) gm[e] = to_float(gv.e[e]);
+            }
+            Act8 r;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) r.e[e] = to_act((to_float(v.e[e]) * inv_std) * gm[e]);
+            *reinterpret_cast<uint4*>(o + 8 * c) = r.raw;
+        }
+    } else {
+        for (int k = tid; k < kK; k += NBITS_NORM_THREADS) {
+            o[k] = to_act((to_float(x[k]) * inv_std) * to_float(gamma[k]));
+        }
+    }
+}
+#endif
+
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_bias_rows
+// y[r, c] = T(y[r, c] + bias[r * bias_row_stride + c]) for r < rows, c < n,
+// with Y's rows ldy elements apart: the bias of the dequantise + cuBLASLt
+// route where cuBLASLt's broadcast epilogue does not apply (a folded bias,
+// which rounds the product first, and a per-token residual).
+extern "C" __global__ void nbits_bias_rows(
+    act_t* __restrict__ y,                // align 2
+    const act_t* __restrict__ bias,       // align 2
+    const int rows,
+    const int n,
+    const int ldy,
+    const int bias_row_stride)
+{
+    const long total = (long)rows * n;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        const long r = i / n;
+        const long c = i % n;
+        act_t* out = y + r * ldy + c;
+        *out = to_act(to_float(*out) + to_float(bias[r * bias_row_stride + c]));
+    }
+}
+#endif
+
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_silu_mul_rows
+// y[r, c] = T(silu(gate[r, c]) * y[r, c]) for r < rows, c < n, gate rows n
+// elements apart and Y's ldy apart: the SwiGLU of a paired node on the
+// dequantise + cuBLASLt route, with the formula of nbits_prefill_gate_up.
+extern "C" __global__ void nbits_silu_mul_rows(
+    const act_t* __restrict__ gate,       // align 2
+    act_t* __restrict__ y,                // align 2
+    const int rows,
+    const int n,
+    const int ldy)
+{
+    const long total = (long)rows * n;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        const long r = i / n;
+        const long c = i % n;
+        const float x = to_float(gate[i]);
+        act_t* out = y + r * ldy + c;
+        // x / (1 + e^-x): e^-x overflows to inf for x < -88, giving -0.
+        *out = to_act(x / (1.0f + __expf(-x)) * to_float(*out));
+    }
+}
+#endif

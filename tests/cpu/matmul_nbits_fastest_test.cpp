@@ -1,0 +1,184 @@
+// KernelPolicy::Fastest: which of nbits' own kernels a node gets, by M, dtype
+// and device, with what specialisation, and that its scratch stays bounded.
+
+#include "matmul_nbits_fixtures.hpp"
+
+#include <algorithm>
+#include <set>
+
+using namespace nbits;
+using namespace nbits::ops;
+using test::node;
+
+namespace {
+
+test::Problem fastest(const NodeAttributes& attributes, test::Shapes shapes,
+                      const Capabilities& device = Capabilities::h200())
+{
+    test::Problem p = test::problem(attributes, shapes, device);
+    p.context.policy = KernelPolicy::Fastest;
+    return p;
+}
+
+test::Shapes rows(std::size_t m, DataType activation = DataType::Float16)
+{
+    test::Shapes shapes;
+    shapes.m = m;
+    shapes.activation = activation;
+    return shapes;
+}
+
+std::vector<std::string> entries(const LaunchPlan& plan)
+{
+    std::vector<std::string> names;
+    for (const PlanStep& step : plan.steps) {
+        if (const auto* kernel = std::get_if<KernelStep>(&step)) {
+            names.push_back(kernel->entry);
+        } else {
+            names.push_back("cuBLASLt");
+        }
+    }
+    return names;
+}
+
+bool defines(const KernelStep& step, const std::string& define)
+{
+    return std::find(step.defines.begin(), step.defines.end(), define) != step.defines.end();
+}
+
+}  // namespace
+
+TEST_CASE("Fastest prefill: the fused tensor-core GEMM up to M = 128, specialised on the node")
+{
+    for (const std::size_t m : {17, 32, 64, 128}) {
+        CAPTURE(m);
+        const LaunchPlan plan = fastest(node(4096, 14336), rows(m)).plan();
+        CHECK(plan.variant == "nbits_prefill_fused");
+        REQUIRE(entries(plan) == std::vector<std::string>{"nbits_prefill_gemm"});
+        const KernelStep& step = test::kernel_step(plan, 0);
+        CHECK(defines(step, "NBITS_K=4096"));
+        CHECK(defines(step, "NBITS_BITS=4"));
+        CHECK(defines(step, "NBITS_BLOCK_SIZE=32"));
+        CHECK(defines(step, "NBITS_HAS_ZP=0"));
+        CHECK(defines(step, "NBITS_ACT_BF16=0"));
+        CHECK(step.configure_shared_memory);
+        CHECK(step.config.dynamic_shared_bytes <= Capabilities::h200().max_shared_memory_per_block_optin);
+        CHECK(plan.scratch_bytes.empty());
+        CHECK(plan.capture_safe);
+    }
+    // M = 64 at K >= 4096 takes the 128 x 64 tile: 112 column tiles, one row tile.
+    const LaunchPlan m64_plan = fastest(node(4096, 14336), rows(64)).plan();
+    const KernelStep& m64 = test::kernel_step(m64_plan, 0);
+    CHECK(m64.config.grid == Dim3{112, 1, 1});
+    CHECK(m64.config.block == Dim3{256, 1, 1});
+    CHECK(m64.config.dynamic_shared_bytes == 104448);
+}
+
+TEST_CASE("Fastest prefill beyond M = 128: dequantised column chunks through cuBLASLt, scratch within 64 MiB")
+{
+    const LaunchPlan plan = fastest(node(4096, 14336), rows(2048)).plan();
+    CHECK(plan.variant == "nbits_prefill_dequantize_cublaslt");
+    // 48 MiB of weights per chunk: 6144 columns of K = 4096, three chunks for N = 14336.
+    CHECK(entries(plan) == std::vector<std::string>{"nbits_dequantize", "cuBLASLt", "nbits_dequantize", "cuBLASLt",
+                                                    "nbits_dequantize", "cuBLASLt"});
+    const auto& last = std::get<GemmStep>(plan.steps[5]);
+    CHECK(last.n == 14336 - 2 * 6144);
+    CHECK(last.ldy == 14336);
+    CHECK(last.y == BufferRef::output(0).at(2 * 6144 * 2));
+    CHECK(last.weight_layout == GemmStep::WeightLayout::NxK);
+    CHECK(last.dtype == DataType::Float16);
+    CHECK(plan.workspace_bytes() <= 64u << 20);
+}
+
+TEST_CASE("Fastest scratch stays within 64 MiB whatever the shape")
+{
+    test::Shapes gamma = rows(1);
+    gamma.gamma = DataType::Float16;
+    for (const std::size_t m : {std::size_t{17}, std::size_t{129}, std::size_t{2048}, std::size_t{100000}}) {
+        for (const auto& [k, n] : {std::pair{std::int64_t{4096}, std::int64_t{14336}},
+                                   std::pair{std::int64_t{28672}, std::int64_t{8192}},
+                                   std::pair{std::int64_t{262144}, std::int64_t{128}}}) {
+            for (const int kind : {0, 1, 2}) {
+                CAPTURE(m);
+                CAPTURE(k);
+                CAPTURE(kind);
+                NodeAttributes attributes = node(k, n);
+                test::Shapes shapes = rows(m);
+                if (kind == 1) {
+                    attributes = test::marked(attributes, kRmsNormPrologueAttr);
+                    shapes.gamma = DataType::Float16;
+                } else if (kind == 2) {
+                    attributes = test::marked(attributes, kGateUpSwigluAttr);
+                }
+                const LaunchPlan plan = fastest(attributes, shapes).plan();
+                CHECK(plan.workspace_bytes() <= 64u << 20);
+                CHECK_FALSE(plan.steps.empty());
+            }
+        }
+    }
+}
+
+TEST_CASE("Fastest prefill of the paired gate/up node: one fused kernel, or chunks with a SwiGLU epilogue")
+{
+    const NodeAttributes paired = test::marked(node(4096, 14336), kGateUpSwigluAttr);
+    const LaunchPlan small = fastest(paired, rows(32)).plan();
+    CHECK(entries(small) == std::vector<std::string>{"nbits_prefill_gate_up"});
+    const LaunchPlan large = fastest(paired, rows(2048)).plan();
+    const std::vector<std::string> names = entries(large);
+    REQUIRE(names.size() >= 5);
+    CHECK(std::vector<std::string>(names.begin(), names.begin() + 5) ==
+          std::vector<std::string>{"nbits_dequantize", "cuBLASLt", "nbits_dequantize", "cuBLASLt",
+                                   "nbits_silu_mul_rows"});
+    CHECK(large.workspace_bytes() <= 64u << 20);
+}
+
+TEST_CASE("Fastest prefill with the RMS-norm prologue normalises rows into scratch, no K limit")
+{
+    test::Shapes shapes = rows(64);
+    shapes.gamma = DataType::Float32;
+    // K = 1000 is no multiple of 128: the original's fused kernels refuse it, nbits' do not.
+    const LaunchPlan plan = fastest(test::marked(node(1000, 512), kRmsNormPrologueAttr), shapes).plan();
+    CHECK(entries(plan) == std::vector<std::string>{"nbits_rmsnorm_rows", "nbits_prefill_gemm"});
+    CHECK(defines(test::kernel_step(plan, 0), "NBITS_GAMMA_F32=1"));
+    CHECK(test::kernel_step(plan, 1).args[0] == KernelArg{BufferRef::scratch(0)});
+}
+
+TEST_CASE("Fastest takes bf16 activations, with bf16 or fp32 scales")
+{
+    test::Shapes shapes = rows(64, DataType::BFloat16);
+    const LaunchPlan plan = fastest(node(4096, 4096), shapes).plan();
+    CHECK(defines(test::kernel_step(plan, 0), "NBITS_ACT_BF16=1"));
+    shapes.scales = DataType::Float32;
+    CHECK(defines(test::kernel_step(fastest(node(4096, 4096), shapes).plan(), 0), "NBITS_SCALE_F32=1"));
+    shapes.scales = DataType::Float16;
+    CHECK(test::error_message(fastest(node(4096, 4096), shapes)) ==
+          test::prefixed("scales must have dtype BFloat16 or Float32 for BFloat16 activations, got Float16"));
+    const LaunchPlan large = fastest(node(4096, 4096), rows(512, DataType::BFloat16)).plan();
+    CHECK(std::get<GemmStep>(large.steps[1]).dtype == DataType::BFloat16);
+}
+
+TEST_CASE("Fastest fits the fused kernel to the device and the block size")
+{
+    // 99 KiB of opt-in shared memory (sm_86): fewer pipeline stages than on an H200.
+    const LaunchPlan h200 = fastest(node(4096, 4096, 8), rows(64)).plan();
+    const LaunchPlan sm86 = fastest(node(4096, 4096, 8), rows(64), Capabilities::sm86_28()).plan();
+    CHECK(defines(test::kernel_step(h200, 0), "NBITS_STAGES=4"));
+    CHECK_FALSE(defines(test::kernel_step(sm86, 0), "NBITS_STAGES=4"));
+    CHECK(test::kernel_step(sm86, 0).config.dynamic_shared_bytes <=
+          Capabilities::sm86_28().max_shared_memory_per_block_optin);
+    // Block 16: a thread's 8-k units must stay inside one block, so the stage's k shrinks.
+    const LaunchPlan block16 = fastest(node(4096, 4096, 4, 16), rows(32)).plan();
+    CHECK(defines(test::kernel_step(block16, 0), "NBITS_TILE_K=128"));
+}
+
+TEST_CASE("Original plans stay the original's where Fastest takes nbits' kernels")
+{
+    test::Problem original = test::problem(node(4096, 14336), rows(64));
+    CHECK(original.plan().variant == "gemm_f16_tiled");
+    test::Problem own = original;
+    own.context.policy = KernelPolicy::Fastest;
+    CHECK(own.plan().variant == "nbits_prefill_fused");
+    // f32 activations keep the original's paths under both policies.
+    test::Shapes f32 = rows(64, DataType::Float32);
+    CHECK(fastest(node(4096, 4096), f32).plan().variant == "dequant_cublas_gemm");
+}
