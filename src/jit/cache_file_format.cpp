@@ -40,7 +40,8 @@ bool take_line(std::string_view& rest, std::string_view label, std::string_view&
 
 bool parse_size(std::string_view text, std::uint64_t& value)
 {
-    if (text.empty() || text.size() > 19) {
+    // Canonical decimal only: "07" is not a size nbits writes.
+    if (text.empty() || text.size() > 19 || (text.size() > 1 && text[0] == '0')) {
         return false;
     }
     const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -64,6 +65,11 @@ std::string image_file_name(std::string_view key_text)
 bool is_image_file_name(std::string_view name) { return ends_with(name, kImageFileSuffix); }
 
 bool is_temp_file_name(std::string_view name) { return name.substr(0, kTempFilePrefix.size()) == kTempFilePrefix; }
+
+bool is_claim_file_name(std::string_view name)
+{
+    return name.substr(0, kClaimFilePrefix.size()) == kClaimFilePrefix;
+}
 
 std::string encode_image_file(std::string_view key_text, std::string_view image)
 {

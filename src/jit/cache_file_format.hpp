@@ -25,11 +25,14 @@ inline constexpr int kImageFileFormat = 1;
 // damaged ones.
 inline constexpr std::string_view kImageFileSuffix = ".v1.nbimg";
 inline constexpr std::string_view kTempFilePrefix = ".tmp-";
+// ".claim-<image file name>": a process compiling that image (DiskCache::claim).
+inline constexpr std::string_view kClaimFilePrefix = ".claim-";
 
 // "<hex SHA-256 of the key text>.v1.nbimg"
 std::string image_file_name(std::string_view key_text);
 bool is_image_file_name(std::string_view name);
 bool is_temp_file_name(std::string_view name);
+bool is_claim_file_name(std::string_view name);
 
 std::string encode_image_file(std::string_view key_text, std::string_view image);
 
@@ -42,7 +45,9 @@ struct DecodedImageFile {
     bool ok() const { return problem.empty(); }
 };
 
-// Never throws and never reads out of bounds, whatever `bytes` holds.
+// Never throws and never reads out of bounds, whatever `bytes` holds. Only
+// what encode_image_file writes is accepted: a file it decodes re-encodes to
+// the same bytes.
 DecodedImageFile decode_image_file(std::string_view bytes);
 
 // decode_image_file, and the key it holds must be the one its file name

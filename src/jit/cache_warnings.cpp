@@ -1,5 +1,7 @@
 #include "jit/disk_cache.hpp"
 
+#include "jit/cache_text.hpp"
+
 #include <cstdio>
 
 namespace nbits::jit {
@@ -14,7 +16,8 @@ void CacheWarnings::once(CacheWarning kind, const std::string& message)
 CacheWarnings& CacheWarnings::process()
 {
     static CacheWarnings warnings([](const std::string& message) {
-        std::fprintf(stderr, "nbits: warning: %s\n", message.c_str());
+        // Messages name directories from the environment, which may hold anything.
+        std::fprintf(stderr, "nbits: warning: %s\n", printable(message, true).c_str());
     });
     return warnings;
 }

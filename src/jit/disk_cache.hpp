@@ -1,7 +1,8 @@
 #pragma once
 
-#include "jit/image_store.hpp"
+#include "jit/cache_files.hpp"
 #include "jit/environment.hpp"
+#include "jit/image_store.hpp"
 #include "nbits/options.hpp"
 
 #include <array>
@@ -42,7 +43,11 @@ std::optional<std::uint64_t> parse_byte_size(std::string_view text);
 
 // A cache problem degrades nbits to compiling in memory; it never fails it.
 // Each kind of problem is told once per process, however often it recurs.
-enum class CacheWarning { Unusable, IgnoredSetting };
+enum class CacheWarning {
+    Unusable,        // nothing can be stored (or nothing read)
+    IgnoredSetting,  // an environment variable that made no sense
+    StoreFailed,     // one image could not be stored; others still are
+};
 
 class CacheWarnings {
 public:
@@ -54,7 +59,7 @@ public:
 
 private:
     Sink sink_;
-    std::array<std::atomic<bool>, 2> told_{};
+    std::array<std::atomic<bool>, 3> told_{};
 };
 
 struct DiskCacheStats {
@@ -66,14 +71,52 @@ struct DiskCacheStats {
     std::uint64_t failed_writes = 0;
 };
 
-// One image file as a scan of the directory finds it.
+// One entry with an image file's name, as a scan of the directory finds it:
+// an image file, or whatever else took an image's place (a directory, a
+// FIFO, a file nbits cannot read).
 struct CachedImageFile {
     std::string path;
     std::uint64_t bytes = 0;
-    double seconds_since_use = 0.0;  // last load or store (the file's mtime)
+    double seconds_since_use = 0.0;  // last load or store (the entry's mtime)
     std::string key_text;            // the canonical key it was stored under; empty when unreadable
     std::string problem;             // empty: header, key and checksum are sound
+    cache_files::EntryType type = cache_files::EntryType::Regular;
+    cache_files::FileIdentity identity;  // of the file read, so that removal spares a replacement
 };
+
+// A process's claim to compile one image, so that processes prewarming one
+// directory at once compile each image once between them. It is a marker
+// file next to the image; a claim whose holder died (same host: its process
+// is gone; any host: older than kAbandonedAfterNs) is taken over. Released
+// when destroyed.
+class ImageClaim {
+public:
+    enum class State {
+        Acquired,       // this process compiles the image
+        HeldElsewhere,  // another process (or thread) does; wait for its image
+        Unavailable,    // no marker can be made here (e.g. a read-only directory)
+    };
+    ImageClaim() = default;
+    ImageClaim(ImageClaim&& other) noexcept { *this = std::move(other); }
+    ImageClaim& operator=(ImageClaim&& other) noexcept;
+    ImageClaim(const ImageClaim&) = delete;
+    ImageClaim& operator=(const ImageClaim&) = delete;
+    ~ImageClaim() { release(); }
+
+    State state() const { return state_; }
+    void release();
+
+private:
+    friend class DiskCache;
+    State state_ = State::Unavailable;
+    std::string path_;
+    cache_files::FileIdentity identity_;
+};
+
+// A temporary or claim file this old lost its writer (a crash between create
+// and rename, or during a compile); writing one image takes milliseconds and
+// compiling one seconds.
+inline constexpr std::int64_t kAbandonedAfterNs = 600ll * 1'000'000'000;
 
 // Compiled images in one directory, one file per ImageKey. Safe to share
 // between threads and between processes: files appear by atomic rename, a
@@ -86,9 +129,17 @@ public:
               CacheWarnings& warnings = CacheWarnings::process());
 
     std::optional<std::string> load(const ImageKey& key) override;
-    // Best effort: an unwritable directory turns stores off (one warning).
-    void store(const ImageKey& key, const std::string& image) override;
+    // Best effort, see try_store.
+    void store(const ImageKey& key, const std::string& image) override { try_store(key, image); }
+    // Nothing when stored, else why not. A directory nothing can be written
+    // in turns stores off (one warning); a failure that concerns this image's
+    // path alone (a directory someone made there) costs this image only
+    // (one warning per process).
+    std::optional<std::string> try_store(const ImageKey& key, const std::string& image);
     void discard(const ImageKey& key) override;
+
+    // See ImageClaim.
+    ImageClaim claim(const ImageKey& key);
 
     const std::string& directory() const { return directory_; }
     std::uint64_t max_bytes() const { return max_bytes_; }
@@ -96,17 +147,36 @@ public:
     bool writable() const { return writable_.load(); }
     DiskCacheStats stats() const;
 
-    // Every image file, checked like a load checks it (header, key, checksum),
-    // oldest use first. Touches nothing.
+    // Every entry with an image file's name, checked like a load checks it
+    // (type, size, header, key, checksum), oldest use first. Touches nothing.
     std::vector<CachedImageFile> scan() const;
-    // scan(), then deletes the files with a problem.
+
+    // A file that should have gone and did not, and why.
+    struct Unremoved {
+        std::string path;
+        std::string why;
+    };
+    // scan(), then deletes the entries with a problem.
     struct Verification {
         std::size_t checked = 0;
         std::vector<CachedImageFile> removed;
+        struct Stayed {
+            CachedImageFile file;
+            std::string why;
+        };
+        std::vector<Stayed> not_removed;  // with a problem, still there
     };
     Verification verify();
-    // Deletes every image and leftover temporary file; returns how many.
-    std::size_t clear();
+    // Deletes every image (and whatever took an image's place), and the
+    // temporary and claim files that lost their writer. Those of a store or
+    // compile in progress stay, so that clearing never breaks a running
+    // process.
+    struct Clearing {
+        std::size_t removed = 0;
+        std::size_t in_progress = 0;  // temporary and claim files younger than kAbandonedAfterNs, kept
+        std::vector<Unremoved> failed;
+    };
+    Clearing clear();
     // The bytes of all image files.
     std::uint64_t total_bytes() const;
 

@@ -8,21 +8,34 @@
 namespace nbits::jit {
 namespace {
 
-// A temporary file this old lost its writer (a crash between create and
-// rename); writing one image takes milliseconds.
-constexpr std::int64_t kAbandonedTempFileNs = 3600ll * 1'000'000'000;
+bool oldest_first(const cache_files::Entry& a, const cache_files::Entry& b)
+{
+    return a.modified_ns != b.modified_ns ? a.modified_ns < b.modified_ns : a.name < b.name;
+}
 
-std::vector<cache_files::Entry> image_files_oldest_first(const std::string& directory)
+// The entries with an image's name (whatever their type), oldest first.
+std::vector<cache_files::Entry> image_entries_oldest_first(const std::string& directory)
 {
     std::vector<cache_files::Entry> images = cache_files::list(directory);
     images.erase(std::remove_if(images.begin(), images.end(),
                                 [](const cache_files::Entry& entry) { return !is_image_file_name(entry.name); }),
                  images.end());
-    std::sort(images.begin(), images.end(), [](const cache_files::Entry& a, const cache_files::Entry& b) {
-        return a.modified_ns != b.modified_ns ? a.modified_ns < b.modified_ns : a.name < b.name;
-    });
+    std::sort(images.begin(), images.end(), oldest_first);
     return images;
 }
+
+std::vector<cache_files::Entry> image_files_oldest_first(const std::string& directory)
+{
+    std::vector<cache_files::Entry> images = image_entries_oldest_first(directory);
+    images.erase(std::remove_if(images.begin(), images.end(),
+                                [](const cache_files::Entry& entry) {
+                                    return entry.type != cache_files::EntryType::Regular;
+                                }),
+                 images.end());
+    return images;
+}
+
+bool is_work_file_name(std::string_view name) { return is_temp_file_name(name) || is_claim_file_name(name); }
 
 }  // namespace
 
@@ -39,7 +52,8 @@ void DiskCache::evict_beyond_bound(const std::string& keep_path)
 {
     const std::int64_t now = cache_files::now_ns();
     for (const cache_files::Entry& entry : cache_files::list(directory_)) {
-        if (is_temp_file_name(entry.name) && now - entry.modified_ns > kAbandonedTempFileNs) {
+        if (entry.type == cache_files::EntryType::Regular && is_work_file_name(entry.name) &&
+            now - entry.modified_ns > kAbandonedAfterNs) {
             cache_files::remove(entry.path);
         }
     }
@@ -68,18 +82,28 @@ std::vector<CachedImageFile> DiskCache::scan() const
 {
     const std::int64_t now = cache_files::now_ns();
     std::vector<CachedImageFile> files;
-    for (const cache_files::Entry& image : image_files_oldest_first(directory_)) {
-        std::optional<cache_files::ReadFile> read = cache_files::read(image.path);
-        if (!read) {
+    for (const cache_files::Entry& entry : image_entries_oldest_first(directory_)) {
+        CachedImageFile file;
+        file.path = entry.path;
+        file.type = entry.type;
+        file.bytes = entry.bytes;
+        file.seconds_since_use = static_cast<double>(std::max<std::int64_t>(0, now - entry.modified_ns)) * 1e-9;
+        const cache_files::ReadFile read = cache_files::read(entry.path);
+        if (read.status == cache_files::ReadFile::Status::Missing) {
             continue;  // removed since the listing
         }
-        const DecodedImageFile checked = check_image_file(read->bytes, image.name);
-        CachedImageFile file;
-        file.path = image.path;
-        file.bytes = read->bytes.size();
-        file.seconds_since_use = static_cast<double>(std::max<std::int64_t>(0, now - image.modified_ns)) * 1e-9;
-        file.key_text = std::string(checked.key_text);
-        file.problem = checked.problem;
+        if (read.status == cache_files::ReadFile::Status::Unusable) {
+            file.problem = read.problem;
+            if (entry.type == cache_files::EntryType::Directory) {
+                file.problem += " (it keeps this image from being stored)";
+            }
+        } else {
+            const DecodedImageFile checked = check_image_file(read.bytes, entry.name);
+            file.identity = read.identity;
+            file.bytes = read.bytes.size();
+            file.key_text = std::string(checked.key_text);
+            file.problem = checked.problem;
+        }
         files.push_back(std::move(file));
     }
     return files;
@@ -90,23 +114,43 @@ DiskCache::Verification DiskCache::verify()
     Verification verification;
     for (CachedImageFile& file : scan()) {
         ++verification.checked;
-        if (!file.problem.empty()) {
-            cache_files::remove(file.path);
+        if (file.problem.empty()) {
+            continue;
+        }
+        // A regular file goes only while it is the one checked: another
+        // process may have stored a sound image in its place since.
+        const std::optional<std::string> why = file.type == cache_files::EntryType::Regular && file.identity.inode != 0
+                                                   ? cache_files::remove_if_unchanged(file.path, file.identity)
+                                                   : cache_files::remove_entry(file.path);
+        if (why) {
+            verification.not_removed.push_back({std::move(file), *why});
+        } else {
             verification.removed.push_back(std::move(file));
         }
     }
     return verification;
 }
 
-std::size_t DiskCache::clear()
+DiskCache::Clearing DiskCache::clear()
 {
-    std::size_t removed = 0;
+    Clearing clearing;
+    const std::int64_t now = cache_files::now_ns();
     for (const cache_files::Entry& entry : cache_files::list(directory_)) {
-        if ((is_image_file_name(entry.name) || is_temp_file_name(entry.name)) && cache_files::remove(entry.path)) {
-            ++removed;
+        if (is_work_file_name(entry.name) && entry.type == cache_files::EntryType::Regular &&
+            now - entry.modified_ns <= kAbandonedAfterNs) {
+            ++clearing.in_progress;
+            continue;
+        }
+        if (!is_image_file_name(entry.name) && !is_work_file_name(entry.name)) {
+            continue;  // not nbits' to remove
+        }
+        if (const std::optional<std::string> why = cache_files::remove_entry(entry.path)) {
+            clearing.failed.push_back({entry.path, *why});
+        } else {
+            ++clearing.removed;
         }
     }
-    return removed;
+    return clearing;
 }
 
 }  // namespace nbits::jit

@@ -5,10 +5,17 @@
 
 #include <doctest/doctest.h>
 
+#include "jit/cache_text.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <thread>
 
@@ -224,7 +231,9 @@ TEST_SUITE("disk cache")
         CHECK(verification.removed.size() == 2);
         CHECK(cache.scan().size() == 1);
         CHECK(cache.load(key_numbered(0)) == std::optional<std::string>("image 0"));
-        CHECK(cache.clear() == 1);
+        const jit::DiskCache::Clearing clearing = cache.clear();
+        CHECK(clearing.removed == 1);
+        CHECK(clearing.failed.empty());
         CHECK(cache.scan().empty());
         CHECK(exists(dir / "notes.txt"));  // files that are not images stay
     }
@@ -351,6 +360,323 @@ TEST_SUITE("disk cache")
         CHECK(wrong.load() == 0);
         CHECK(cache.stats().removed_damaged == 0);
         CHECK(cache.scan().size() == 1);
+    }
+}
+
+namespace {
+
+// load() on a background thread, bounded: a load that blocks (on a FIFO) is
+// released by opening the FIFO's other end, and reported as blocked.
+struct BoundedLoad {
+    bool finished = false;
+    std::optional<std::string> image;
+};
+
+BoundedLoad load_within(jit::DiskCache& cache, const jit::ImageKey& key, std::chrono::seconds limit)
+{
+    auto loading = std::async(std::launch::async, [&] { return cache.load(key); });
+    BoundedLoad result;
+    result.finished = loading.wait_for(limit) == std::future_status::ready;
+    if (!result.finished) {
+        const int writer = ::open(cache.path_of(key).c_str(), O_WRONLY | O_NONBLOCK);
+        if (writer >= 0) {
+            ::close(writer);
+        }
+    }
+    result.image = loading.get();
+    return result;
+}
+
+std::map<std::string, std::string> problems_by_path(const std::vector<jit::CachedImageFile>& files)
+{
+    std::map<std::string, std::string> problems;
+    for (const jit::CachedImageFile& file : files) {
+        problems[file.path] = file.problem;
+    }
+    return problems;
+}
+
+void write_claim(const std::string& path, const std::string& content, int seconds_ago)
+{
+    write_bytes(path, content);
+    set_age(path, seconds_ago);
+}
+
+std::string this_host()
+{
+    char name[256] = {};
+    ::gethostname(name, sizeof(name) - 1);
+    return name;
+}
+
+}  // namespace
+
+TEST_SUITE("disk cache: what else may sit in the directory")
+{
+    TEST_CASE("a FIFO or a link to a device node at an image's path is a miss at once; scan shows it, a store replaces it")
+    {
+        TempDir dir;
+        CountedWarnings counted;
+        jit::DiskCache cache(dir.path(), jit::kDefaultCacheMaxBytes, counted.warnings);
+        REQUIRE(::mkfifo(cache.path_of(key_numbered(0)).c_str(), 0644) == 0);
+        REQUIRE(::symlink("/dev/zero", cache.path_of(key_numbered(1)).c_str()) == 0);
+
+        for (int n = 0; n < 2; ++n) {
+            CAPTURE(n);
+            const BoundedLoad loaded = load_within(cache, key_numbered(n), std::chrono::seconds(5));
+            CHECK(loaded.finished);
+            CHECK_FALSE(loaded.image.has_value());
+        }
+        const std::map<std::string, std::string> problems = problems_by_path(cache.scan());
+        REQUIRE(problems.size() == 2);
+        CHECK(problems.at(cache.path_of(key_numbered(0))).find("FIFO") != std::string::npos);
+        CHECK(problems.at(cache.path_of(key_numbered(1))).find("symbolic link") != std::string::npos);
+
+        cache.store(key_numbered(0), "image 0");
+        CHECK(cache.load(key_numbered(0)) == std::optional<std::string>("image 0"));
+        const jit::DiskCache::Verification verification = cache.verify();
+        CHECK(verification.checked == 2);
+        REQUIRE(verification.removed.size() == 1);
+        CHECK(verification.removed[0].path == cache.path_of(key_numbered(1)));
+        CHECK(::access("/dev/zero", F_OK) == 0);  // the link went, not what it named
+        CHECK(counted.messages.empty());
+    }
+
+    TEST_CASE("a directory at one image's path costs that image only, with one warning naming it")
+    {
+        TempDir dir;
+        CountedWarnings counted;
+        jit::DiskCache cache(dir.path(), jit::kDefaultCacheMaxBytes, counted.warnings);
+        const std::string blocked = cache.path_of(key_numbered(0));
+        REQUIRE(::mkdir(blocked.c_str(), 0755) == 0);
+        write_bytes(blocked + "/inside", "someone's file");
+        REQUIRE(::mkdir(cache.path_of(key_numbered(1)).c_str(), 0755) == 0);  // empty: simply taken over
+
+        for (int n = 0; n < 5; ++n) {
+            cache.store(key_numbered(n), "image " + std::to_string(n));
+        }
+        CHECK(cache.writable());
+        CHECK_FALSE(cache.load(key_numbered(0)).has_value());
+        for (int n = 1; n < 5; ++n) {
+            CAPTURE(n);
+            CHECK(cache.load(key_numbered(n)) == std::optional<std::string>("image " + std::to_string(n)));
+        }
+        CHECK(cache.stats().failed_writes == 1);
+        REQUIRE(counted.messages.size() == 1);
+        CHECK(counted.messages[0].find(blocked) != std::string::npos);
+        CHECK(counted.messages[0].find("--verify") != std::string::npos);
+        const std::optional<std::string> why = cache.try_store(key_numbered(0), "image 0");
+        REQUIRE(why.has_value());
+        CHECK(why->find(blocked) != std::string::npos);
+        CHECK(counted.messages.size() == 1);
+
+        const std::map<std::string, std::string> problems = problems_by_path(cache.scan());
+        REQUIRE(problems.count(blocked) == 1);
+        CHECK(problems.at(blocked).find("a directory") != std::string::npos);
+        const jit::DiskCache::Verification verification = cache.verify();
+        REQUIRE(verification.removed.size() == 1);
+        CHECK(verification.removed[0].path == blocked);
+        CHECK_FALSE(cache.try_store(key_numbered(0), "image 0").has_value());
+        CHECK(cache.load(key_numbered(0)) == std::optional<std::string>("image 0"));
+    }
+
+    TEST_CASE("temporary files deleted under running stores do not switch storing off")
+    {
+        TempDir dir;
+        CountedWarnings counted;
+        jit::DiskCache cache(dir.path(), jit::kDefaultCacheMaxBytes, counted.warnings);
+        std::atomic<bool> storing{true};
+        std::atomic<int> deleted{0};
+        std::thread deleter([&] {
+            while (storing.load()) {
+                for (const std::filesystem::directory_entry& entry : std::filesystem::directory_iterator(dir.path())) {
+                    if (entry.path().filename().string().rfind(".tmp-", 0) == 0 && ::unlink(entry.path().c_str()) == 0) {
+                        deleted.fetch_add(1);
+                    }
+                }
+            }
+        });
+        const std::string image(256 * 1024, 'i');  // long enough writes for the deleter to catch some
+        for (int n = 0; n < 300 && cache.writable(); ++n) {
+            cache.store(key_numbered(n), image);
+        }
+        storing.store(false);
+        deleter.join();
+        MESSAGE(deleted.load() << " temporary files deleted under the stores");
+        CHECK(cache.writable());
+        CHECK(cache.try_store(key_numbered(1000), image) == std::nullopt);
+        for (const std::string& message : counted.messages) {
+            CHECK(message.find("memory only") == std::string::npos);
+        }
+    }
+
+    TEST_CASE("clear keeps the temporary and claim files of work in progress and removes abandoned ones")
+    {
+        TempDir dir;
+        CountedWarnings counted;
+        jit::DiskCache cache(dir.path(), jit::kDefaultCacheMaxBytes, counted.warnings);
+        cache.store(key_numbered(0), "image");
+        write_bytes(dir / ".tmp-fresh", "being written");
+        write_bytes(dir / ".claim-fresh.v1.nbimg", "pid 1\nhost elsewhere\n");
+        write_bytes(dir / ".tmp-old", "abandoned");
+        set_age(dir / ".tmp-old", 3600);
+        write_claim(dir / ".claim-old.v1.nbimg", "pid 1\nhost elsewhere\n", 3600);
+
+        const jit::DiskCache::Clearing clearing = cache.clear();
+        CHECK(clearing.removed == 3);
+        CHECK(clearing.in_progress == 2);
+        CHECK(clearing.failed.empty());
+        CHECK(exists(dir / ".tmp-fresh"));
+        CHECK(exists(dir / ".claim-fresh.v1.nbimg"));
+        CHECK_FALSE(exists(dir / ".tmp-old"));
+        CHECK_FALSE(exists(dir / ".claim-old.v1.nbimg"));
+        CHECK_FALSE(exists(cache.path_of(key_numbered(0))));
+    }
+
+    TEST_CASE("verify and clear say which files stayed in a directory they may not write")
+    {
+        TempDir dir;
+        dir.open_to_all();
+        CountedWarnings counted;
+        {
+            jit::DiskCache filler(dir.path(), jit::kDefaultCacheMaxBytes, counted.warnings);
+            filler.store(key_numbered(0), "sound");
+            filler.store(key_numbered(1), "to be damaged");
+            write_bytes(filler.path_of(key_numbered(1)), "garbage");
+        }
+        REQUIRE(::chmod(dir.path().c_str(), 0555) == 0);
+        const std::string report = test::run_unprivileged([&] {
+            CountedWarnings quiet;
+            jit::DiskCache cache(dir.path(), jit::kDefaultCacheMaxBytes, quiet.warnings);
+            const jit::DiskCache::Verification verification = cache.verify();
+            const jit::DiskCache::Clearing clearing = cache.clear();
+            std::string text = "verify removed=" + std::to_string(verification.removed.size()) +
+                               " not_removed=" + std::to_string(verification.not_removed.size());
+            for (const auto& stayed : verification.not_removed) {
+                text += " why=" + stayed.why;
+            }
+            return text + " clear removed=" + std::to_string(clearing.removed) +
+                   " failed=" + std::to_string(clearing.failed.size());
+        });
+        INFO(report);
+        CHECK(report.find("verify removed=0 not_removed=1 why=Permission denied") != std::string::npos);
+        CHECK(report.find("clear removed=0 failed=2") != std::string::npos);
+        ::chmod(dir.path().c_str(), 0755);
+        jit::DiskCache cache(dir.path(), jit::kDefaultCacheMaxBytes, counted.warnings);
+        CHECK(cache.scan().size() == 2);
+    }
+
+    TEST_CASE("scan reports what it cannot read: too large, unreadable and non-regular entries")
+    {
+        TempDir dir;
+        dir.open_to_all();
+        CountedWarnings counted;
+        jit::DiskCache cache(dir.path(), 4 * jit::kDefaultCacheMaxBytes, counted.warnings);  // the huge file stays
+        cache.store(key_numbered(0), "sound");
+        const std::string huge = cache.path_of(key_numbered(1));
+        {
+            std::ofstream create(huge);
+        }
+        REQUIRE(::truncate(huge.c_str(), static_cast<off_t>(jit::cache_files::kLargestImageFile + 1)) == 0);
+        cache.store(key_numbered(2), "secret");
+        REQUIRE(::chmod(cache.path_of(key_numbered(2)).c_str(), 0600) == 0);
+        REQUIRE(::mkfifo(cache.path_of(key_numbered(3)).c_str(), 0644) == 0);
+
+        const std::string report = test::run_unprivileged([&] {
+            std::string text;
+            for (const jit::CachedImageFile& file : cache.scan()) {
+                text += file.path + ": " + (file.problem.empty() ? "ok" : file.problem) + "\n";
+            }
+            return text;
+        });
+        INFO(report);
+        CHECK(report.find(cache.path_of(key_numbered(0)) + ": ok") != std::string::npos);
+        CHECK(report.find(huge + ": 1073741825 bytes, larger than any image") != std::string::npos);
+        CHECK(report.find(cache.path_of(key_numbered(2)) + ": cannot be read: Permission denied") != std::string::npos);
+        CHECK(report.find(cache.path_of(key_numbered(3)) + ": a FIFO, not an image file") != std::string::npos);
+
+        const jit::DiskCache::Verification verification = cache.verify();
+        CHECK(verification.checked == 4);
+        CHECK(verification.removed.size() == 2);  // as root the unreadable one reads fine
+        CHECK_FALSE(exists(huge));
+    }
+}
+
+TEST_SUITE("disk cache: claims")
+{
+    TEST_CASE("a claim is exclusive until released")
+    {
+        TempDir dir;
+        CountedWarnings counted;
+        jit::DiskCache cache(dir.path(), jit::kDefaultCacheMaxBytes, counted.warnings);
+        jit::ImageClaim first = cache.claim(key_numbered(0));
+        CHECK(first.state() == jit::ImageClaim::State::Acquired);
+        CHECK(cache.claim(key_numbered(0)).state() == jit::ImageClaim::State::HeldElsewhere);
+        CHECK(cache.claim(key_numbered(1)).state() == jit::ImageClaim::State::Acquired);
+        first.release();
+        jit::ImageClaim again = cache.claim(key_numbered(0));
+        CHECK(again.state() == jit::ImageClaim::State::Acquired);
+        jit::ImageClaim moved = std::move(again);
+        CHECK(moved.state() == jit::ImageClaim::State::Acquired);
+        CHECK(cache.claim(key_numbered(0)).state() == jit::ImageClaim::State::HeldElsewhere);
+    }
+
+    TEST_CASE("a claim whose holder is gone, or that is too old, is taken over; another host's fresh claim is not")
+    {
+        TempDir dir;
+        CountedWarnings counted;
+        jit::DiskCache cache(dir.path(), jit::kDefaultCacheMaxBytes, counted.warnings);
+        const std::string claim_path = dir / (".claim-" + jit::image_file_name(key_numbered(0).canonical()));
+
+        const pid_t child = ::fork();
+        if (child == 0) {
+            ::_exit(0);
+        }
+        ::waitpid(child, nullptr, 0);
+        write_claim(claim_path, "pid " + std::to_string(child) + "\nhost " + this_host() + "\n", 0);
+        CHECK(cache.claim(key_numbered(0)).state() == jit::ImageClaim::State::Acquired);
+
+        write_claim(claim_path, "pid " + std::to_string(::getpid()) + "\nhost " + this_host() + "\n", 0);
+        CHECK(cache.claim(key_numbered(0)).state() == jit::ImageClaim::State::HeldElsewhere);
+
+        write_claim(claim_path, "pid 1\nhost some-other-host\n", 0);
+        CHECK(cache.claim(key_numbered(0)).state() == jit::ImageClaim::State::HeldElsewhere);
+        write_claim(claim_path, "pid 1\nhost some-other-host\n", 11 * 60);
+        CHECK(cache.claim(key_numbered(0)).state() == jit::ImageClaim::State::Acquired);
+
+        jit::DiskCache nowhere("/proc", jit::kDefaultCacheMaxBytes, counted.warnings);
+        CHECK(nowhere.claim(key_numbered(0)).state() == jit::ImageClaim::State::Unavailable);
+    }
+}
+
+TEST_SUITE("disk cache: text")
+{
+    TEST_CASE("printable escapes control characters, C1 controls, bidirectional overrides and bytes that are not UTF-8")
+    {
+        CHECK(jit::printable("plain /path/ok-ü.v1.nbimg") == "plain /path/ok-ü.v1.nbimg");
+        CHECK(jit::printable("\x1b[31mred\x07") == "\\x1b[31mred\\x07");
+        CHECK(jit::printable("a\nb\tc") == "a\\x0ab\\x09c");
+        CHECK(jit::printable("a\nb", true) == "a\nb");
+        CHECK(jit::printable("\x7f") == "\\x7f");
+        CHECK(jit::printable("\xc2\x9b" "2J") == "\\u{009b}2J");            // C1 CSI as UTF-8
+        CHECK(jit::printable("x\xe2\x80\xaey") == "x\\u{202e}y");           // right-to-left override
+        CHECK(jit::printable("\xff\xc0\x80\xed\xa0\x80") == "\\xff\\xc0\\x80\\xed\\xa0\\x80");
+        CHECK(jit::printable(std::string("nul\0byte", 8)) == "nul\\x00byte");
+        CHECK(jit::printable("\xe2\x82") == "\\xe2\\x82");  // cut sequence
+    }
+
+    TEST_CASE("only canonical headers decode: sizes with leading zeros are foreign")
+    {
+        const std::string key_text = sample_key().canonical();
+        const std::string file = jit::encode_image_file(key_text, "img");
+        const std::string key_line = "key " + std::to_string(key_text.size()) + "\n";
+        std::string padded = file;
+        padded.replace(padded.find(key_line), key_line.size(), "key 0" + std::to_string(key_text.size()) + "\n");
+        CHECK_FALSE(jit::decode_image_file(padded).ok());
+        std::string padded_image = file;
+        padded_image.replace(padded_image.find("image 3\n"), 8, "image 03\n");
+        CHECK_FALSE(jit::decode_image_file(padded_image).ok());
+        CHECK(jit::decode_image_file(jit::encode_image_file("", "")).ok());  // "key 0" itself stays valid
     }
 }
 
