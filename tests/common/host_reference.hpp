@@ -1,8 +1,9 @@
 #pragma once
 
-// Host-side data of the MatMulNBits GPU tests: the original tests' generator,
-// the packed layouts the kernels read, and the float64 oracle
-// Y = A · dequant(B)ᵀ (+ bias).
+// Host-side data of MatMulNBits, shared by the GPU tests and nbits-bench: the
+// original tests' generator, fp16 and bf16 host conversion, the packed layouts
+// the kernels read, and the float64 oracle Y = A · dequant(B)ᵀ (+ bias), with
+// the paired gate/up SwiGLU and the RMS-norm prologue.
 
 #include "nbits/tensor.hpp"
 
@@ -14,25 +15,28 @@
 namespace nbits::test {
 
 // The original tests' generator: a 64-bit LCG whose next() maps the top 31
-// bits of the state to [-1, 1] in f32, exactly as they computed it.
+// bits of the state to f32 exactly as they computed it. Their formula divides
+// by 2^32 - 1, so next() covers [-1, 0] only, and unit() [0, 0.5].
 class Lcg {
 public:
     explicit Lcg(std::uint64_t seed) : state_(seed) {}
 
     float next();
-    float unit() { return next() * 0.5f + 0.5f; }  // [0, 1]
+    float unit() { return next() * 0.5f + 0.5f; }  // [0, 0.5], see next()
 
-    // Quantization codes round(unit() * max), clamped to [0, max].
+    // Quantization codes round(unit() * max), clamped to [0, max] (so at most
+    // max / 2 rounded, see next()).
     std::vector<std::uint8_t> codes(std::size_t count, int max);
     // fp16 bits of next() * range.
     std::vector<std::uint16_t> halves(std::size_t count, float range = 1.0f);
     std::vector<float> floats(std::size_t count);
-    // Weight scales 0.015 + 0.01 * unit(), as f32 and as fp16 bits.
+    // Weight scales 0.015 + 0.01 * unit() (so [0.015, 0.02]), as f32 and as fp16 bits.
     std::vector<float> scales(std::size_t count);
     std::vector<std::uint16_t> half_scales(std::size_t count);
-    // RMS-norm weights 0.5 + 0.5 * unit().
+    // RMS-norm weights 0.5 + 0.5 * unit() (so [0.5, 0.75]).
     std::vector<float> gammas(std::size_t count);
-    // Asymmetric int8 zero points round(128 + 16 * next()), clamped to [96, 160].
+    // Asymmetric int8 zero points round(128 + 16 * next()), clamped to [96, 160]
+    // (so [112, 128], see next()).
     std::vector<std::uint8_t> int8_zero_points(std::size_t count);
 
 private:
@@ -41,6 +45,20 @@ private:
 
 std::vector<float> half_values(const std::vector<std::uint16_t>& halves);
 std::vector<std::uint16_t> to_halves(const std::vector<float>& values);
+
+// bfloat16 bits of a float, rounded to nearest even (as __float2bfloat16_rn);
+// a NaN stays a (quiet) NaN.
+std::uint16_t float_to_bfloat16(float value);
+float bfloat16_to_float(std::uint16_t bits);
+std::vector<float> bfloat16_values(const std::vector<std::uint16_t>& bits);
+std::vector<std::uint16_t> to_bfloat16s(const std::vector<float>& values);
+
+// The float values of Float16, BFloat16 or Float32 bytes (a device output, a
+// host tensor). Throws std::invalid_argument for any other dtype.
+std::vector<float> real_values(DataType dtype, const std::vector<std::uint8_t>& bytes);
+// `values` as a `dtype` tensor holds them: Float16 and BFloat16 round to
+// nearest even, Float32 keeps them.
+std::vector<float> stored_values(DataType dtype, const std::vector<float>& values);
 
 // An operator input as host data, or an absent optional input.
 struct HostTensor {
@@ -51,10 +69,12 @@ struct HostTensor {
 
     static HostTensor absent(DataType dtype);
     static HostTensor f16(std::vector<std::size_t> shape, const std::vector<std::uint16_t>& halves);
+    static HostTensor bf16(std::vector<std::size_t> shape, const std::vector<std::uint16_t>& bits);
     static HostTensor f32(std::vector<std::size_t> shape, const std::vector<float>& values);
     static HostTensor u8(std::vector<std::size_t> shape, std::vector<std::uint8_t> values);
     static HostTensor i32(std::vector<std::size_t> shape, const std::vector<std::int32_t>& values);
-    // Float values stored as `dtype` (Float16 rounds to nearest even).
+    // Float values stored as `dtype` (Float16 and BFloat16 round to nearest
+    // even; any other dtype stores Float32).
     static HostTensor real(DataType dtype, std::vector<std::size_t> shape, const std::vector<float>& values);
 };
 
@@ -80,6 +100,8 @@ struct QuantizedWeights {
     std::size_t zp_row_bytes() const { return (k_blocks() * bits + 7) / 8; }
     int code(std::size_t column, std::size_t depth) const;
     int zero_point(std::size_t column, std::size_t group) const;
+    // (code - zero point) * scale at (column, depth), block-wise, in float64.
+    double weight(std::size_t column, std::size_t depth) const;
 
     HostTensor packed_tensor() const;
     HostTensor scales_tensor(DataType dtype) const;
@@ -114,6 +136,32 @@ struct OracleError {
 };
 
 OracleError oracle_error(const std::vector<float>& got, const std::vector<float>& expected);
+
+// The original parity tests' bound: every output finite, max_abs below
+// max(max_out * relative, 1e-3), and max_rel below 5e-2. `relative` was 1e-3
+// for its int4 fp16 GEMVs and 2e-3 for int8 and f32.
+float oracle_bound(const OracleError& error, float relative);
+bool within_oracle_bound(const OracleError& error, float relative);
+
+// One node for the float64 oracle at chosen output elements. A is
+// RMS-normalized first when `gamma` is given: a * gamma / sqrt(mean(a^2) + epsilon)
+// per row. Y = A · dequant(W)ᵀ (+ bias), or for the paired gate/up node
+// (`up` given) Y = silu(A · dequant(W_gate)ᵀ) * (A · dequant(W_up)ᵀ).
+struct OracleNode {
+    const std::vector<float>* activation = nullptr;  // [m, k], the values the kernels read
+    std::size_t m = 0;
+    const QuantizedWeights* weights = nullptr;       // W, or W_gate
+    const QuantizedWeights* up = nullptr;            // W_up of the paired node
+    const std::vector<float>* bias = nullptr;        // [n]
+    const std::vector<float>* gamma = nullptr;       // [k]
+    float epsilon = 1e-5f;
+};
+
+// Y at every (row, column) of rows x columns, row-major, in float64 rounded to
+// f32 at the end. Cost: rows x columns x K per projection, so a large node is
+// checked on a sample.
+std::vector<float> oracle_at(const OracleNode& node, const std::vector<std::size_t>& rows,
+                             const std::vector<std::size_t>& columns);
 
 // The original M = 1 GEMV parity problem, drawn in its order: activation,
 // codes, zero points (when explicit), scales, bias (when present).

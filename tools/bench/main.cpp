@@ -1,14 +1,22 @@
-// nbits-bench: decode and prefill throughput of MatMulNBits on real model
-// shapes, against the device's read ceiling and cuBLASLt fp16 dense.
+// nbits-bench: decode and prefill timings of MatMulNBits on real model shapes
+// under every kernel policy, against the device's read ceiling and cuBLASLt
+// dense of the same dtype measured in the same run; the host overhead of an
+// eager run() beside bare launches of its steps; plans without timing.
 //
-// Exit status: 0 every shape passed its check and was timed; 1 a shape
-// failed (check, operator error, or --plan rejected it); 2 bad usage; 3 no
-// usable GPU; 4 the run itself failed (runtime creation, writing --out).
+// Exit status:
+//   0  every row ran (or was unsupported by its policy) and passed its check;
+//      --list, --help, and --from-json once rendered
+//   1  a row failed: its output check, an operator error, a timing error, or
+//      with --host-overhead bare launches that wrote other bytes than run()
+//      and failed the check; with --plan, a node the planner rejected (other
+//      than unsupported)
+//   2  bad usage
+//   3  no usable GPU (--plan, --list, --help and --from-json need none)
+//   4  the run itself failed: runtime creation, reading --from-json, writing
+//      --out or --plot
 
+#include "bench.hpp"
 #include "command_line.hpp"
-#include "options.hpp"
-#include "plan_dump.hpp"
-#include "run_bench.hpp"
 
 #include "cuda/driver.hpp"
 #include "nbits/error.hpp"
@@ -16,26 +24,39 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 namespace {
 
-constexpr int kExitShapeFailed = 1;
+constexpr int kExitRowFailed = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitNoGpu = 3;
 constexpr int kExitFatal = 4;
 
-// The report to stdout and, with --out, to a file as well.
-int emit(const std::string& report, const nbits::bench::BenchOptions& options, int status)
+bool write_file(const std::string& path, const std::string& text)
 {
-    std::cout << report << std::flush;
-    if (!options.out_path.empty()) {
-        std::ofstream file(options.out_path, std::ios::binary);
-        file << report;
-        file.close();
-        if (!file) {
-            std::cerr << "nbits-bench: could not write " << options.out_path << "\n";
+    std::ofstream file(path, std::ios::binary);
+    file << text;
+    file.close();
+    if (!file) {
+        std::cerr << "nbits-bench: could not write " << path << "\n";
+        return false;
+    }
+    return true;
+}
+
+// The report to stdout and, with --out, to a file; the SVG to --plot.
+int emit(const nbits::bench::BenchOptions& options, const std::string& text, const std::string& svg, int status)
+{
+    std::cout << text << std::flush;
+    if (!options.out_path.empty() && !write_file(options.out_path, text)) {
+        return kExitFatal;
+    }
+    if (!options.plot_path.empty()) {
+        if (!write_file(options.plot_path, svg)) {
             return kExitFatal;
         }
+        std::cerr << "nbits-bench: wrote " << options.plot_path << "\n";
     }
     return status;
 }
@@ -44,6 +65,27 @@ bool means_no_gpu(nbits::ErrorKind kind)
 {
     return kind == nbits::ErrorKind::NoDriver || kind == nbits::ErrorKind::NoDevice ||
            kind == nbits::ErrorKind::UnsupportedDevice;
+}
+
+int from_json(const nbits::bench::BenchOptions& options)
+{
+    using namespace nbits::bench;
+    std::ifstream file(options.from_json_path, std::ios::binary);
+    if (!file) {
+        std::cerr << "nbits-bench: could not read " << options.from_json_path << "\n";
+        return kExitFatal;
+    }
+    std::ostringstream text;
+    text << file.rdbuf();
+    Report report;
+    try {
+        report = parse_report(text.str());
+    } catch (const std::exception& error) {
+        std::cerr << "nbits-bench: " << options.from_json_path << ": " << error.what() << "\n";
+        return kExitFatal;
+    }
+    return emit(options, render_report(options.format, report),
+                options.plot_path.empty() ? "" : render_svg(report), 0);
 }
 
 }  // namespace
@@ -66,11 +108,18 @@ int main(int argc, char** argv)
         std::cout << describe_shape_sets();
         return 0;
     }
-    const std::vector<BenchShape> shapes = options.shapes();
-    if (options.plan_only) {
-        int failed = 0;
-        const std::string plans = render_plans(options, shapes, failed);
-        return emit(plans, options, failed > 0 ? kExitShapeFailed : 0);
+    if (options.mode == Mode::FromJson) {
+        return from_json(options);
+    }
+    if (options.mode == Mode::Plan) {
+        try {
+            int failed = 0;
+            const std::string plans = render_plans(options, failed);
+            return emit(options, plans, "", failed > 0 ? kExitRowFailed : 0);
+        } catch (const std::exception& error) {
+            std::cerr << "nbits-bench: " << error.what() << "\n";
+            return kExitFatal;
+        }
     }
 
     std::string why;
@@ -82,8 +131,11 @@ int main(int argc, char** argv)
         nbits::RuntimeOptions runtime_options;
         runtime_options.device = options.device;
         const auto runtime = std::make_shared<nbits::CudaRuntime>(runtime_options);
-        const BenchOutcome outcome = run_benchmarks(runtime, options, shapes);
-        return emit(outcome.report, options, outcome.failed_shapes > 0 ? kExitShapeFailed : 0);
+        const Report report = options.mode == Mode::HostOverhead ? run_host_overhead(runtime, options)
+                                                                  : run_timing(runtime, options);
+        return emit(options, render_report(options.format, report),
+                    options.plot_path.empty() ? "" : render_svg(report),
+                    report.failed() > 0 ? kExitRowFailed : 0);
     } catch (const nbits::Error& error) {
         std::cerr << "nbits-bench: " << error.what() << "\n";
         return means_no_gpu(error.kind()) ? kExitNoGpu : kExitFatal;

@@ -1,17 +1,21 @@
 // nbits-plan: prints the launch plan MatMulNBits would execute for a node's
-// attributes and input shapes on a named device, without a GPU.
+// attributes and input shapes on a named device, under a kernel policy,
+// without a GPU. The plan is printed by LaunchPlan::describe() / to_json().
+//
+// Exit status: 0 the plan was printed; 1 the node's attributes or tensors
+// were rejected (the operator's own message); 2 bad usage.
+
+#include "command_line.hpp"
 
 #include "nbits/error.hpp"
 #include "nbits/matmul_nbits.hpp"
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace nbits;
@@ -19,68 +23,27 @@ using namespace nbits::ops;
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: nbits-plan --K <k> --N <n> [options]
+constexpr int kExitRejected = 1;
+constexpr int kExitUsage = 2;
 
-Prints the launch plan of com.microsoft::MatMulNBits: variant, reason, kernel
-entries, grids, blocks, shared memory, arguments and scratch. Needs no GPU.
+struct NamedDevice {
+    const char* name;
+    Capabilities (*capabilities)();
+};
 
-node:
-  --K <k>, --N <n>         the node's K and N (required)
-  --bits 4|8               weight bits (default 4)
-  --block-size <b>         quantization block size (default 32)
-  --accuracy-level <l>     accuracy_level attribute (default 0)
-  --folded-bias            mark _cuda_matmul_nbits_folded_bias
-  --gate-up                mark _cuda_gate_up_swiglu (paired gate/up node)
-  --gamma f16|f32          mark the RMS-norm prologue and add its weight
-  --epsilon <e>            the RMS-norm epsilon (default 1e-5)
-tensors:
-  --m <m>                  rows of A (default 1)
-  --dtype f16|f32          activation dtype (default f16)
-  --scales f16|f32         scales dtype (default: the activation's)
-  --zero-points            add zero points
-  --bias                   add a bias [N]
-  --g-idx                  add g_idx [K] (in range)
-device:
-  --device <name>          h200 (default), rtx4090, l4, sm89-46, sm86-28, a100
-  --down-cols 8|4|2        as ONNX_GENAI_DOWN_COLS (default: the environment's)
-  --acc4-warps 1|2|4|8     as ONNX_GENAI_ACC4_WARPS (default: the environment's)
-  --no-half-headers        plan as if NVRTC had no cuda_fp16.h
-output:
-  --json                   JSON instead of text
-  --help                   this text
-)";
+constexpr NamedDevice kDevices[] = {
+    {"h200", Capabilities::h200},       {"rtx4090", Capabilities::rtx4090}, {"l4", Capabilities::l4},
+    {"sm89-46", Capabilities::sm89_46}, {"sm86-28", Capabilities::sm86_28}, {"a100", Capabilities::a100},
+    {"rtx5090", Capabilities::rtx5090},
+};
 
-const std::vector<std::string> kSwitches = {"--folded-bias", "--gate-up", "--zero-points", "--bias",
-                                            "--g-idx",       "--json",    "--no-half-headers", "--help"};
-
-std::map<std::string, std::string> parse_arguments(int argc, char** argv)
+std::string device_names()
 {
-    std::map<std::string, std::string> options;
-    for (int i = 1; i < argc; ++i) {
-        const std::string name = argv[i];
-        if (name.rfind("--", 0) != 0) {
-            throw Error(ErrorKind::InvalidArgument, fmt::format("unexpected argument '{}' (see --help)", name));
-        }
-        const bool is_switch = std::find(kSwitches.begin(), kSwitches.end(), name) != kSwitches.end();
-        if (!is_switch && i + 1 >= argc) {
-            throw Error(ErrorKind::InvalidArgument, fmt::format("{} needs a value (see --help)", name));
-        }
-        options[name] = is_switch ? "" : argv[++i];
+    std::string names;
+    for (const NamedDevice& device : kDevices) {
+        names += (names.empty() ? "" : "|") + std::string(device.name);
     }
-    return options;
-}
-
-Capabilities device_named(const std::string& name)
-{
-    const std::map<std::string, Capabilities (*)()> devices = {
-        {"h200", Capabilities::h200},       {"rtx4090", Capabilities::rtx4090}, {"l4", Capabilities::l4},
-        {"sm89-46", Capabilities::sm89_46}, {"sm86-28", Capabilities::sm86_28}, {"a100", Capabilities::a100}};
-    const auto found = devices.find(name);
-    if (found == devices.end()) {
-        throw Error(ErrorKind::InvalidArgument,
-                    fmt::format("unknown device '{}': use h200, rtx4090, l4, sm89-46, sm86-28 or a100", name));
-    }
-    return found->second();
+    return names;
 }
 
 DataType float_type(const std::string& name)
@@ -88,10 +51,99 @@ DataType float_type(const std::string& name)
     if (name == "f16") {
         return DataType::Float16;
     }
+    if (name == "bf16") {
+        return DataType::BFloat16;
+    }
     if (name == "f32") {
         return DataType::Float32;
     }
-    throw Error(ErrorKind::InvalidArgument, fmt::format("'{}' is not f16 or f32", name));
+    throw std::invalid_argument("use f16, bf16 or f32");
+}
+
+struct PlanOptions {
+    std::optional<std::int64_t> k;
+    std::optional<std::int64_t> n;
+    std::int64_t bits = 4;
+    std::int64_t block_size = 32;
+    std::int64_t accuracy_level = 0;
+    bool folded_bias = false;
+    bool gate_up = false;
+    std::optional<DataType> gamma;
+    std::optional<float> epsilon;
+
+    std::int64_t m = 1;
+    DataType activation = DataType::Float16;
+    std::optional<DataType> scales;
+    bool zero_points = false;
+    bool bias = false;
+    bool g_idx = false;
+
+    std::string device = "h200";
+    KernelPolicy policy = KernelPolicy::Original;
+    std::optional<std::string> down_columns;
+    std::optional<std::string> accuracy4_warps;
+    bool no_half_headers = false;
+
+    bool json = false;
+    bool help = false;
+};
+
+tools::CommandLine command_line(PlanOptions& o)
+{
+    tools::CommandLine cli("nbits-plan --K <k> --N <n> [options]",
+                           "Prints the launch plan of com.microsoft::MatMulNBits: policy, variant, reason, kernel\n"
+                           "entries, grids, blocks, shared memory, arguments and scratch. Needs no GPU.");
+    const auto integer = [](std::int64_t* target, std::int64_t minimum) {
+        return [target, minimum](const std::string& value) { *target = tools::parse_integer(value, minimum); };
+    };
+    cli.section("Node");
+    cli.option("K", "k", "the node's K (required)", [&](const std::string& value) { o.k = tools::parse_integer(value); });
+    cli.option("N", "n", "the node's N (required)", [&](const std::string& value) { o.n = tools::parse_integer(value); });
+    cli.option("bits", "4|8", "weight bits (default 4)", integer(&o.bits, 0));
+    cli.option("block-size", "b", "quantization block size (default 32)", integer(&o.block_size, 0));
+    cli.option("accuracy-level", "l", "the accuracy_level attribute (default 0)", integer(&o.accuracy_level, 0));
+    cli.flag("folded-bias", "mark _cuda_matmul_nbits_folded_bias", &o.folded_bias);
+    cli.flag("gate-up", "mark _cuda_gate_up_swiglu (the paired gate/up node)", &o.gate_up);
+    cli.option("gamma", "f16|bf16|f32", "mark the RMS-norm prologue and add its weight in this dtype",
+               [&](const std::string& value) { o.gamma = float_type(value); });
+    cli.option("epsilon", "e", "the RMS-norm epsilon (default 1e-5)",
+               [&](const std::string& value) { o.epsilon = static_cast<float>(tools::parse_number(value)); });
+    cli.section("Tensors");
+    cli.option("m", "m", "rows of A (default 1)", integer(&o.m, 0));
+    cli.option("act", "f16|bf16|f32", "activation dtype (default f16)",
+               [&](const std::string& value) { o.activation = float_type(value); });
+    cli.option("dtype", "f16|bf16|f32", "same as --act", [&](const std::string& value) { o.activation = float_type(value); });
+    cli.option("scales", "f16|bf16|f32", "scales dtype (default: the activation's)",
+               [&](const std::string& value) { o.scales = float_type(value); });
+    cli.flag("zero-points", "add zero points", &o.zero_points);
+    cli.flag("bias", "add a bias [N]", &o.bias);
+    cli.flag("g-idx", "add g_idx [K] (in range)", &o.g_idx);
+    cli.section("Device and policy");
+    cli.option("device", "NAME", device_names() + " (default h200)", [&](const std::string& value) {
+        for (const NamedDevice& device : kDevices) {
+            if (value == device.name) {
+                o.device = value;
+                return;
+            }
+        }
+        throw std::invalid_argument("unknown device: use " + device_names());
+    });
+    cli.option("policy", "original|fastest", "the kernel policy (default original)", [&](const std::string& value) {
+        const std::optional<KernelPolicy> policy = parse_kernel_policy(value);
+        if (!policy) {
+            throw std::invalid_argument("use original or fastest");
+        }
+        o.policy = *policy;
+    });
+    cli.option("down-cols", "8|4|2", "as NBITS_DOWN_COLS (default: the environment's)",
+               [&](const std::string& value) { o.down_columns = value; });
+    cli.option("acc4-warps", "1|2|4|8", "as NBITS_ACC4_WARPS (default: the environment's)",
+               [&](const std::string& value) { o.accuracy4_warps = value; });
+    cli.flag("no-half-headers", "plan as if NVRTC had no cuda_fp16.h", &o.no_half_headers);
+    cli.section("Output");
+    cli.flag("json", "JSON instead of text", &o.json);
+    cli.flag("help", "this text", &o.help);
+    return cli;
 }
 
 TensorDesc tensor(DataType dtype, std::vector<std::size_t> shape)
@@ -109,88 +161,55 @@ TensorDesc absent()
     return desc;
 }
 
-std::int64_t whole_number(const char* flag, const std::string& text)
+std::string plan_text(const PlanOptions& o)
 {
-    std::size_t used = 0;
-    try {
-        const long long value = std::stoll(text, &used);
-        if (used == text.size()) {
-            return value;
-        }
-    } catch (const std::exception&) {
-    }
-    throw Error(ErrorKind::InvalidArgument, fmt::format("{} needs a whole number, got '{}'", flag, text));
-}
-
-int run(const std::map<std::string, std::string>& options)
-{
-    const auto value = [&](const char* name, const char* fallback) {
-        const auto found = options.find(name);
-        return found != options.end() ? found->second : std::string(fallback);
-    };
-    const auto has = [&](const char* name) { return options.count(name) != 0; };
-
     NodeAttributes attributes;
-    for (const auto& [flag, attribute] : {std::pair{"--K", "K"}, std::pair{"--N", "N"}, std::pair{"--bits", "bits"},
-                                          std::pair{"--block-size", "block_size"},
-                                          std::pair{"--accuracy-level", "accuracy_level"}}) {
-        if (has(flag)) {
-            attributes.set(attribute, whole_number(flag, value(flag, "")));
-        }
+    attributes.set("K", *o.k).set("N", *o.n).set("bits", o.bits).set("block_size", o.block_size);
+    attributes.set("accuracy_level", o.accuracy_level);
+    if (o.folded_bias) {
+        attributes.set(kFoldedBiasAttr, std::int64_t{1});
     }
-    if (!has("--block-size")) {
-        attributes.set("block_size", std::int64_t{32});
+    if (o.gate_up) {
+        attributes.set(kGateUpSwigluAttr, std::int64_t{1});
     }
-    const auto mark = [&](const char* flag, const char* attribute) {
-        if (has(flag)) {
-            attributes.set(attribute, std::int64_t{1});
-        }
-    };
-    mark("--folded-bias", kFoldedBiasAttr);
-    mark("--gate-up", kGateUpSwigluAttr);
-    mark("--gamma", kRmsNormPrologueAttr);
-    if (has("--epsilon")) {
-        const std::string text = value("--epsilon", "");
-        char* end = nullptr;
-        const float epsilon = std::strtof(text.c_str(), &end);
-        if (text.empty() || *end != '\0') {
-            throw Error(ErrorKind::InvalidArgument, fmt::format("--epsilon needs a number, got '{}'", text));
-        }
-        attributes.set(kRmsNormEpsilonAttr, epsilon);
+    if (o.gamma) {
+        attributes.set(kRmsNormPrologueAttr, std::int64_t{1});
+    }
+    if (o.epsilon) {
+        attributes.set(kRmsNormEpsilonAttr, *o.epsilon);
     }
     const MatMulNBitsConfig config = MatMulNBitsConfig::from_attributes(attributes);
 
-    const DataType activation = float_type(value("--dtype", "f16"));
-    const DataType scales = has("--scales") ? float_type(value("--scales", "")) : activation;
-    const std::int64_t rows = whole_number("--m", value("--m", "1"));
-    if (rows < 0) {
-        throw Error(ErrorKind::InvalidArgument, "--m needs a count of rows, 0 or more");
-    }
-    const auto m = static_cast<std::size_t>(rows);
+    const auto m = static_cast<std::size_t>(o.m);
     const TensorDesc weight = tensor(DataType::Uint8, {config.n, config.k_blocks(), config.blob_size()});
-    const TensorDesc scale = tensor(scales, {config.n, config.k_blocks()});
-    const TensorDesc zero_points = has("--zero-points") ? tensor(DataType::Uint8, {config.n, config.zp_row_bytes()})
-                                                        : absent();
-    const TensorDesc gamma = has("--gamma") ? tensor(float_type(value("--gamma", "")), {config.k}) : absent();
-    std::vector<TensorDesc> inputs = {tensor(activation, {m, config.k}), weight, scale};
+    const TensorDesc scale = tensor(o.scales.value_or(o.activation), {config.n, config.k_blocks()});
+    const TensorDesc zero_points = o.zero_points ? tensor(DataType::Uint8, {config.n, config.zp_row_bytes()}) : absent();
+    const TensorDesc gamma = o.gamma ? tensor(*o.gamma, {config.k}) : absent();
+    std::vector<TensorDesc> inputs = {tensor(o.activation, {m, config.k}), weight, scale};
     if (config.gate_up_swiglu) {
         inputs.insert(inputs.end(), {weight, scale, gamma, zero_points, zero_points});
     } else {
-        inputs.insert(inputs.end(), {zero_points, has("--g-idx") ? tensor(DataType::Int32, {config.k}) : absent(),
-                                     has("--bias") ? tensor(activation, {config.n}) : absent(), gamma});
+        inputs.insert(inputs.end(), {zero_points, o.g_idx ? tensor(DataType::Int32, {config.k}) : absent(),
+                                     o.bias ? tensor(o.activation, {config.n}) : absent(), gamma});
     }
-    const std::vector<TensorDesc> outputs = {tensor(activation, {m, config.n})};
+    const std::vector<TensorDesc> outputs = {tensor(o.activation, {m, config.n})};
 
     PlanContext context;
-    context.capabilities = device_named(value("--device", "h200"));
+    for (const NamedDevice& device : kDevices) {
+        if (o.device == device.name) {
+            context.capabilities = device.capabilities();
+        }
+    }
+    context.policy = o.policy;
     context.overrides = PlanOverrides::from_environment();
-    const PlanOverrides forced = PlanOverrides::parse(
-        has("--down-cols") ? std::optional(value("--down-cols", "")) : std::nullopt,
-        has("--acc4-warps") ? std::optional(value("--acc4-warps", "")) : std::nullopt);
-    context.overrides.down_columns = forced.down_columns ? forced.down_columns : context.overrides.down_columns;
-    context.overrides.accuracy4_warps =
-        forced.accuracy4_warps ? forced.accuracy4_warps : context.overrides.accuracy4_warps;
-    context.half_headers_available = !has("--no-half-headers");
+    const PlanOverrides forced = PlanOverrides::parse(o.down_columns, o.accuracy4_warps);
+    if (forced.down_columns) {
+        context.overrides.down_columns = forced.down_columns;
+    }
+    if (forced.accuracy4_warps) {
+        context.overrides.accuracy4_warps = forced.accuracy4_warps;
+    }
+    context.half_headers_available = !o.no_half_headers;
     context.read_g_idx = [&config](const TensorDesc& g_idx) {
         std::vector<std::int32_t> groups(g_idx.numel());
         for (std::size_t i = 0; i < groups.size(); ++i) {
@@ -198,25 +217,38 @@ int run(const std::map<std::string, std::string>& options)
         }
         return groups;
     };
-
     const LaunchPlan plan = plan_matmul_nbits(config, inputs, outputs, context);
-    std::fputs((has("--json") ? plan.to_json() + "\n" : plan.describe()).c_str(), stdout);
-    return 0;
+    return o.json ? plan.to_json() : plan.describe();
 }
 
 }  // namespace
 
 int main(int argc, char** argv)
 {
+    PlanOptions options;
+    const tools::CommandLine cli = command_line(options);
     try {
-        const std::map<std::string, std::string> options = parse_arguments(argc, argv);
-        if (options.count("--help") != 0 || argc == 1) {
-            std::fputs(kUsage, stdout);
-            return argc == 1 ? 2 : 0;
-        }
-        return run(options);
+        cli.parse(argc, argv);
+    } catch (const tools::UsageError& error) {
+        std::fprintf(stderr, "nbits-plan: %s\n", error.what());
+        return kExitUsage;
+    }
+    if (options.help) {
+        std::fputs((cli.help() + "\nExit status: 0 printed; 1 the node was rejected (the operator's message); 2 bad "
+                                 "usage.\n")
+                       .c_str(),
+                   stdout);
+        return 0;
+    }
+    if (!options.k || !options.n) {
+        std::fprintf(stderr, "nbits-plan: --K and --N are required (see --help)\n");
+        return kExitUsage;
+    }
+    try {
+        std::fputs(plan_text(options).c_str(), stdout);
+        return 0;
     } catch (const Error& error) {
         std::fprintf(stderr, "nbits-plan: %s\n", error.what());
-        return 1;
+        return kExitRejected;
     }
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 
 namespace nbits::test {
 
@@ -89,6 +90,41 @@ std::vector<std::uint16_t> to_halves(const std::vector<float>& values)
     return halves;
 }
 
+std::uint16_t float_to_bfloat16(float value)
+{
+    std::uint32_t bits;
+    std::memcpy(&bits, &value, sizeof(bits));
+    if ((bits & 0x7fffffffu) > 0x7f800000u) {
+        return static_cast<std::uint16_t>((bits >> 16) | 0x40u);  // keep it a NaN, quiet
+    }
+    // Adding 0x7fff plus the kept part's lowest bit rounds half to even; a
+    // carry into the exponent is the correct rounding, up to infinity.
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return static_cast<std::uint16_t>(bits >> 16);
+}
+
+float bfloat16_to_float(std::uint16_t bits)
+{
+    const std::uint32_t widened = static_cast<std::uint32_t>(bits) << 16;
+    float value;
+    std::memcpy(&value, &widened, sizeof(value));
+    return value;
+}
+
+std::vector<float> bfloat16_values(const std::vector<std::uint16_t>& bits)
+{
+    std::vector<float> values(bits.size());
+    std::transform(bits.begin(), bits.end(), values.begin(), bfloat16_to_float);
+    return values;
+}
+
+std::vector<std::uint16_t> to_bfloat16s(const std::vector<float>& values)
+{
+    std::vector<std::uint16_t> bits(values.size());
+    std::transform(values.begin(), values.end(), bits.begin(), float_to_bfloat16);
+    return bits;
+}
+
 namespace {
 
 template <typename T>
@@ -101,13 +137,47 @@ std::vector<std::uint8_t> raw_bytes(const std::vector<T>& values)
     return bytes;
 }
 
+template <typename T>
+std::vector<T> from_bytes(const std::vector<std::uint8_t>& bytes)
+{
+    std::vector<T> values(bytes.size() / sizeof(T));
+    if (!values.empty()) {
+        std::memcpy(values.data(), bytes.data(), values.size() * sizeof(T));
+    }
+    return values;
+}
+
 }  // namespace
+
+std::vector<float> real_values(DataType dtype, const std::vector<std::uint8_t>& bytes)
+{
+    switch (dtype) {
+    case DataType::Float16: return half_values(from_bytes<std::uint16_t>(bytes));
+    case DataType::BFloat16: return bfloat16_values(from_bytes<std::uint16_t>(bytes));
+    case DataType::Float32: return from_bytes<float>(bytes);
+    default: throw std::invalid_argument(std::string("real_values: ") + to_string(dtype) + " holds no real values");
+    }
+}
+
+std::vector<float> stored_values(DataType dtype, const std::vector<float>& values)
+{
+    switch (dtype) {
+    case DataType::Float16: return half_values(to_halves(values));
+    case DataType::BFloat16: return bfloat16_values(to_bfloat16s(values));
+    default: return values;
+    }
+}
 
 HostTensor HostTensor::absent(DataType dtype) { return HostTensor{dtype, {}, {}, false}; }
 
 HostTensor HostTensor::f16(std::vector<std::size_t> shape, const std::vector<std::uint16_t>& halves)
 {
     return HostTensor{DataType::Float16, std::move(shape), raw_bytes(halves), true};
+}
+
+HostTensor HostTensor::bf16(std::vector<std::size_t> shape, const std::vector<std::uint16_t>& bits)
+{
+    return HostTensor{DataType::BFloat16, std::move(shape), raw_bytes(bits), true};
 }
 
 HostTensor HostTensor::f32(std::vector<std::size_t> shape, const std::vector<float>& values)
@@ -127,7 +197,13 @@ HostTensor HostTensor::i32(std::vector<std::size_t> shape, const std::vector<std
 
 HostTensor HostTensor::real(DataType dtype, std::vector<std::size_t> shape, const std::vector<float>& values)
 {
-    return dtype == DataType::Float16 ? f16(std::move(shape), to_halves(values)) : f32(std::move(shape), values);
+    if (dtype == DataType::Float16) {
+        return f16(std::move(shape), to_halves(values));
+    }
+    if (dtype == DataType::BFloat16) {
+        return bf16(std::move(shape), to_bfloat16s(values));
+    }
+    return f32(std::move(shape), values);
 }
 
 void trim_absent_tail(std::vector<HostTensor>& inputs)
@@ -159,6 +235,13 @@ int QuantizedWeights::zero_point(std::size_t column, std::size_t group) const
     }
     const std::uint8_t byte = zero_points[column * zp_row_bytes() + group / 2];
     return (group & 1) ? byte >> 4 : byte & 15;
+}
+
+double QuantizedWeights::weight(std::size_t column, std::size_t depth) const
+{
+    const std::size_t group = depth / block_size;
+    return static_cast<double>(code(column, depth) - zero_point(column, group)) *
+           static_cast<double>(scales[column * k_blocks() + group]);
 }
 
 HostTensor QuantizedWeights::packed_tensor() const { return HostTensor::u8({n, k_blocks(), blob_size()}, packed); }
@@ -267,6 +350,70 @@ OracleError oracle_error(const std::vector<float>& got, const std::vector<float>
         error.all_finite = false;
     }
     return error;
+}
+
+float oracle_bound(const OracleError& error, float relative) { return std::max(error.max_out * relative, 1e-3f); }
+
+bool within_oracle_bound(const OracleError& error, float relative)
+{
+    return error.all_finite && error.max_abs < oracle_bound(error, relative) && error.max_rel < 5e-2f;
+}
+
+namespace {
+
+// Row `row` of A as the matrix product sees it: RMS-normalized and scaled by
+// gamma when the node has the prologue.
+std::vector<double> effective_row(const OracleNode& node, std::size_t row)
+{
+    const std::size_t k = node.weights->k;
+    std::vector<double> a(k);
+    for (std::size_t depth = 0; depth < k; ++depth) {
+        a[depth] = static_cast<double>((*node.activation)[row * k + depth]);
+    }
+    if (node.gamma != nullptr) {
+        double sum_of_squares = 0.0;
+        for (const double value : a) {
+            sum_of_squares += value * value;
+        }
+        const double inverse_rms =
+            1.0 / std::sqrt(sum_of_squares / static_cast<double>(k) + static_cast<double>(node.epsilon));
+        for (std::size_t depth = 0; depth < k; ++depth) {
+            a[depth] *= inverse_rms * static_cast<double>((*node.gamma)[depth]);
+        }
+    }
+    return a;
+}
+
+double dot_column(const std::vector<double>& a, const QuantizedWeights& weights, std::size_t column)
+{
+    double sum = 0.0;
+    for (std::size_t depth = 0; depth < a.size(); ++depth) {
+        sum += a[depth] * weights.weight(column, depth);
+    }
+    return sum;
+}
+
+}  // namespace
+
+std::vector<float> oracle_at(const OracleNode& node, const std::vector<std::size_t>& rows,
+                             const std::vector<std::size_t>& columns)
+{
+    std::vector<float> expected;
+    expected.reserve(rows.size() * columns.size());
+    for (const std::size_t row : rows) {
+        const std::vector<double> a = effective_row(node, row);
+        for (const std::size_t column : columns) {
+            double y = dot_column(a, *node.weights, column);
+            if (node.up != nullptr) {
+                y = y / (1.0 + std::exp(-y)) * dot_column(a, *node.up, column);
+            }
+            if (node.bias != nullptr) {
+                y += static_cast<double>((*node.bias)[column]);
+            }
+            expected.push_back(static_cast<float>(y));
+        }
+    }
+    return expected;
 }
 
 std::vector<HostTensor> GemvProblem::inputs() const
