@@ -2,6 +2,7 @@
 
 #include "nbits/attributes.hpp"
 #include "nbits/capabilities.hpp"
+#include "nbits/error.hpp"
 #include "nbits/launch_plan.hpp"
 #include "nbits/options.hpp"
 #include "nbits/runtime.hpp"

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "nbits/capabilities.hpp"
+#include "nbits/error.hpp"
 #include "nbits/options.hpp"
 
 #include <cuda.h>

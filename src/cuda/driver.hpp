@@ -30,7 +30,8 @@ struct Driver {
     decltype(&::cuCtxGetCurrent) ctx_get_current = nullptr;
     decltype(&::cuCtxPushCurrent) ctx_push_current = nullptr;
     decltype(&::cuCtxPopCurrent) ctx_pop_current = nullptr;
-    decltype(&::cuCtxSynchronize) ctx_synchronize = nullptr;
+    // The CUDA 13 ABI of these names, as cuGetProcAddress returns them for this toolkit's version.
+    decltype(&::cuCtxSynchronize_v2) ctx_synchronize = nullptr;
     decltype(&::cuCtxCreate) ctx_create = nullptr;
     decltype(&::cuCtxDestroy) ctx_destroy = nullptr;
 
@@ -40,7 +41,7 @@ struct Driver {
     decltype(&::cuStreamBeginCapture) stream_begin_capture = nullptr;
     decltype(&::cuStreamEndCapture) stream_end_capture = nullptr;
     decltype(&::cuStreamIsCapturing) stream_is_capturing = nullptr;
-    decltype(&::cuStreamGetCtx) stream_get_ctx = nullptr;
+    decltype(&::cuStreamGetCtx_v2) stream_get_ctx = nullptr;
     decltype(&::cuStreamWaitEvent) stream_wait_event = nullptr;
 
     decltype(&::cuMemAlloc) mem_alloc = nullptr;

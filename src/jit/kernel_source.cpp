@@ -237,7 +237,10 @@ KernelSource::KernelSource(std::string name, std::string text, const std::vector
     : name_(std::move(name)), text_(std::move(text)), declarations_(declared_entries(text_))
 {
     for (const KernelEntry& declaration : declarations_) {
-        entries_.push_back(declaration.name);
+        // An entry may be declared once per preprocessor branch (fp32 and tensor-core bodies).
+        if (std::find(entries_.begin(), entries_.end(), declaration.name) == entries_.end()) {
+            entries_.push_back(declaration.name);
+        }
     }
     std::set<std::string> reached;
     std::vector<std::string> pending = quoted_includes(text_);

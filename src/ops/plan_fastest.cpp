@@ -1,7 +1,8 @@
 // KernelPolicy::Fastest: nbits' own kernels, specialised by the JIT on the
 // node (K, bits, block size, zero points, dtypes, bias, fusions) and on the
 // GPU, reading ONNX Runtime's weight layout as handed over.
-//   M <= 16         matmul_decode.cu: tensor-core GEMV that streams the weights once
+//   M <= 16         matmul_decode.cu: one pass over the weights for all rows
+//                   (tensor cores for fp16/bf16, CUDA cores for fp32)
 //   16 < M <= 128   matmul_prefill.cu: fused dequantising tensor-core GEMM
 //   M > 128         matmul_prefill.cu: dequantise chunks of columns into scratch, then cuBLASLt
 // The RMS-norm prologue is fused into the decode kernel; at prefill it
@@ -419,20 +420,108 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
     return true;
 }
 
-bool plan_decode(LaunchPlan& /*plan*/, const FastestRequest& /*fastest*/) { return false; }
+// M <= 16: matmul_decode.cu, one pass over the weights for all rows, with the
+// RMS norm fused in (its sum of squares taken from the activations the kernel
+// loads anyway). Geometry from the kernel's launch rule: split K over up to 8
+// warps, a persistent grid of SMs x (16 / warps) CTAs, two 16-column tiles per
+// CTA when the columns fill that grid.
+bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    const Capabilities& device = fastest.request.context.capabilities;
+    const HalfOperands& o = fastest.operands;
+    const bool f32 = o.activation_type == DataType::Float32;
+    const bool paired = fastest.up != nullptr;
+    const std::size_t m = fastest.m;
+    const Specialisation spec{fastest};
+    const std::size_t sms = std::max<std::uint32_t>(device.multiprocessor_count, 1);
+
+    std::uint32_t warps = 4;
+    std::uint32_t min_blocks = 4;
+    std::uint32_t grid = 0;
+    int tiles = 1;
+    int cols_per_warp = 1;
+    std::size_t max_m = 1;
+    if (f32) {
+        while (max_m < m) {
+            max_m *= 2;
+        }
+        cols_per_warp = max_m <= 2 ? 4 : max_m <= 8 ? 2 : 1;
+        grid = grid_extent(config.n, std::size_t{warps} * static_cast<std::size_t>(cols_per_warp), kMaxGridX, "N");
+    } else {
+        const std::size_t step = config.bits == 4 ? 128 : 64;
+        const std::size_t steps = div_ceil(config.k, step);
+        warps = steps >= 8 ? 8 : steps >= 4 ? 4 : steps >= 2 ? 2 : 1;
+        min_blocks = 16 / warps;
+        tiles = !paired && 10 * div_ceil(config.n, 32) >= 9 * sms * min_blocks ? 2 : 1;
+        grid = static_cast<std::uint32_t>(std::min<std::size_t>(div_ceil(config.n, 16 * static_cast<std::size_t>(tiles)),
+                                                                sms * min_blocks));
+    }
+    const char* entry = paired ? "nbits_decode_gate_up" : "nbits_decode_matmul";
+    StepBuilder step(entry, paired ? "nbits decode gate/up SwiGLU GEMV" : "nbits decode GEMV");
+    step.arg("a", o.activation);
+    if (paired) {
+        step.arg("b_gate", o.packed)
+            .arg("scales_gate", o.scales)
+            .arg("zp_gate", o.zero_points)
+            .arg("b_up", fastest.up->packed)
+            .arg("scales_up", fastest.up->scales)
+            .arg("zp_up", fastest.up->zero_points);
+    } else {
+        step.arg("b", o.packed)
+            .arg("scales", o.scales)
+            .arg("zero_points", o.zero_points)
+            .arg("bias", o.bias)
+            .size_arg("bias_row_stride", fastest.bias_row_stride, "bias row stride");
+    }
+    step.arg("gamma", fastest.gamma != nullptr ? fastest.gamma->tensor : BufferRef::null())
+        .arg("y", o.output)
+        .size_arg("m", m, "M")
+        .size_arg("n", config.n, "N")
+        .arg("epsilon", config.rmsnorm_epsilon)
+        .define("NBITS_ACT", f32 ? 2 : o.activation_type == DataType::BFloat16 ? 1 : 0)
+        .define("NBITS_SCALE_F32", !f32 && o.scale_type == DataType::Float32 ? 1 : 0)
+        .define("NBITS_GAMMA_F32", spec.gamma_f32() ? 1 : 0)
+        .define("NBITS_BITS", static_cast<std::int64_t>(config.bits))
+        .define("NBITS_BLOCK_SIZE", static_cast<std::int64_t>(config.block_size))
+        .define("NBITS_K", static_cast<std::int64_t>(config.k))
+        .define("NBITS_HAS_ZP", o.has_zero_points() ? 1 : 0)
+        .define("NBITS_BIAS", spec.bias_mode())
+        .define("NBITS_RMSNORM", fastest.gamma != nullptr ? 1 : 0)
+        .define("NBITS_WARPS", warps)
+        .define("NBITS_MIN_BLOCKS", min_blocks);
+    if (f32) {
+        step.define("NBITS_COLS_PER_WARP", cols_per_warp).define("NBITS_MAX_M", static_cast<std::int64_t>(max_m));
+    } else {
+        step.define("NBITS_TILES", tiles).define("NBITS_M_TILES", m <= 8 ? 1 : 2);
+    }
+    step.grid(grid).block(32 * warps).add_to(plan, fastest.request);
+    set_variant(plan, paired ? "nbits_decode_gate_up" : "nbits_decode",
+                [m, warps, grid, tiles, f32, normalized = fastest.gamma != nullptr] {
+                    return fmt::format("M={} decode{}: one pass over the weights for every row on {} ({} warps split "
+                                       "K, {} CTAs over {}-column groups), specialised on K, bits, block size and "
+                                       "zero points",
+                                       m, normalized ? " with the RMS norm fused" : "",
+                                       f32 ? "CUDA cores" : "tensor cores with exact codes and fp32 block scales",
+                                       warps, grid, 16 * tiles);
+                });
+    record_bias_stage(plan, o.has_bias(), config.fold_bias_post_round);
+    return true;
+}
 
 }  // namespace
 
 bool plan_fastest(LaunchPlan& plan, const FastestRequest& fastest)
 {
-    const DataType activation = fastest.operands.activation_type;
-    if (activation == DataType::Float32) {
-        return false;
+    if (fastest.m <= kDecodeMaxM) {
+        // fp32 at accuracy level 4 keeps the original's int8-activation GEMV.
+        if (fastest.operands.activation_type == DataType::Float32 && fastest.request.config.accuracy_level == 4) {
+            return false;
+        }
+        return plan_decode(plan, fastest);
     }
-    if (fastest.m > kDecodeMaxM) {
-        return plan_prefill(plan, fastest);
-    }
-    return plan_decode(plan, fastest);
+    // fp32 prefill keeps the original's paths.
+    return fastest.operands.activation_type != DataType::Float32 && plan_prefill(plan, fastest);
 }
 
 }  // namespace nbits::ops::detail

@@ -146,7 +146,7 @@ CudaRuntime::Internals::~Internals()
         d.stream_destroy(stream_);
         if (pool_ != nullptr) {
             // Scratch released on callers' streams must be back in the pool first.
-            d.ctx_synchronize();
+            d.ctx_synchronize(context_);
             d.mem_pool_destroy(pool_);
         }
     }
@@ -162,7 +162,8 @@ CUstream CudaRuntime::Internals::stream_for(CUstream requested) const
         return requested;
     }
     CUcontext owner = nullptr;
-    const CUresult result = cuda::driver().stream_get_ctx(requested, &owner);
+    CUgreenCtx green = nullptr;
+    const CUresult result = cuda::driver().stream_get_ctx(requested, &owner, &green);
     if (result != CUDA_SUCCESS || owner != context_) {
         throw Error(ErrorKind::InvalidArgument,
                     fmt::format("RunOptions::stream {} is not a stream of device {}'s primary context ({}). Why: "

@@ -182,3 +182,53 @@ TEST_CASE("Original plans stay the original's where Fastest takes nbits' kernels
     test::Shapes f32 = rows(64, DataType::Float32);
     CHECK(fastest(node(4096, 4096), f32).plan().variant == "dequant_cublas_gemm");
 }
+
+TEST_CASE("Fastest decode: one persistent pass over the weights for M = 1..16, geometry from the SM count")
+{
+    const LaunchPlan lm_head = fastest(node(4096, 128256), rows(1)).plan();
+    CHECK(lm_head.variant == "nbits_decode");
+    const KernelStep& step = test::kernel_step(lm_head, 0);
+    CHECK(step.entry == "nbits_decode_matmul");
+    // 32 k steps of 128 codes: 8 warps split K, 2 CTAs of them per SM, two 16-column tiles per CTA.
+    CHECK(step.config.block == Dim3{256, 1, 1});
+    CHECK(step.config.grid == Dim3{264, 1, 1});
+    CHECK(defines(step, "NBITS_TILES=2"));
+    CHECK(defines(step, "NBITS_M_TILES=1"));
+    CHECK(defines(step, "NBITS_ACT=0"));
+    CHECK(lm_head.capture_safe);
+    CHECK(lm_head.scratch_bytes.empty());
+    // A 46-SM part gets a smaller persistent grid.
+    const LaunchPlan small = fastest(node(4096, 128256), rows(1), Capabilities::sm89_46()).plan();
+    CHECK(test::kernel_step(small, 0).config.grid == Dim3{92, 1, 1});
+    // Two batch tiles past M = 8; one tile per CTA when the columns do not fill the grid.
+    const LaunchPlan m16 = fastest(node(8192, 1024), rows(16)).plan();
+    CHECK(defines(test::kernel_step(m16, 0), "NBITS_M_TILES=2"));
+    CHECK(defines(test::kernel_step(m16, 0), "NBITS_TILES=1"));
+    CHECK(test::kernel_step(m16, 0).config.grid == Dim3{64, 1, 1});
+    // int8: 64-code steps; K = 128 gives 2 of them, so 2 warps.
+    const LaunchPlan int8 = fastest(node(128, 512, 8), rows(1)).plan();
+    CHECK(test::kernel_step(int8, 0).config.block == Dim3{64, 1, 1});
+}
+
+TEST_CASE("Fastest decode fuses the RMS norm and the paired gate/up node into one launch, no K limit")
+{
+    test::Shapes shapes = rows(4);
+    shapes.gamma = DataType::Float32;
+    const LaunchPlan norm = fastest(test::marked(node(1000, 512, 4, 64), kRmsNormPrologueAttr), shapes).plan();
+    REQUIRE(entries(norm) == std::vector<std::string>{"nbits_decode_matmul"});
+    CHECK(defines(test::kernel_step(norm, 0), "NBITS_RMSNORM=1"));
+    CHECK(defines(test::kernel_step(norm, 0), "NBITS_GAMMA_F32=1"));
+    const LaunchPlan paired = fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(1)).plan();
+    CHECK(entries(paired) == std::vector<std::string>{"nbits_decode_gate_up"});
+    CHECK(paired.variant == "nbits_decode_gate_up");
+}
+
+TEST_CASE("Fastest decode of fp32 activations runs on CUDA cores; accuracy level 4 keeps the original's path")
+{
+    const LaunchPlan f32 = fastest(node(4096, 4096), rows(1, DataType::Float32)).plan();
+    REQUIRE(entries(f32) == std::vector<std::string>{"nbits_decode_matmul"});
+    CHECK(defines(test::kernel_step(f32, 0), "NBITS_ACT=2"));
+    CHECK(defines(test::kernel_step(f32, 0), "NBITS_COLS_PER_WARP=4"));
+    CHECK(test::kernel_step(f32, 0).config.grid == Dim3{256, 1, 1});
+    CHECK(fastest(node(4096, 4096, 4, 32, 4), rows(1, DataType::Float32)).plan().variant == "gemv_accuracy4_int8");
+}

@@ -1,0 +1,312 @@
+// KernelPolicy::Fastest against the float64 oracle: every feature combination
+// of nbits' own kernels (fp16 and bf16 activations, int4 and int8, block sizes
+// 16 to 512, zero points, fp32 scales, plain, folded and per-token bias, the
+// RMS-norm prologue, the paired gate/up node) at decode and prefill sizes,
+// with the original's bounds (bf16: 2e-2 of the output's scale). Every output
+// element must be written.
+
+#include "matmul_fixture.hpp"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include "kernels.hpp"
+#include "runtime/internals.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <thread>
+
+using namespace nbits;
+using namespace nbits::test;
+
+namespace {
+
+enum class Bias { None, Plain, Folded, PerToken };
+
+struct FastestCase {
+    DataType activation = DataType::Float16;
+    std::size_t m = 1;
+    std::size_t k = 512;
+    std::size_t n = 160;
+    std::size_t bits = 4;
+    std::size_t block_size = 32;
+    bool zero_points = false;
+    bool f32_scales = false;
+    Bias bias = Bias::None;
+    std::optional<DataType> gamma;
+    bool gate_up = false;
+
+    std::string describe() const
+    {
+        return fmt::format("{} M={} K={} N={} int{} block={}{}{}{}{}{}", to_string(activation), m, k, n, bits,
+                           block_size, zero_points ? " zp" : "", f32_scales ? " f32-scales" : "",
+                           bias == Bias::Plain ? " bias" : bias == Bias::Folded ? " folded-bias"
+                                                         : bias == Bias::PerToken ? " per-token-bias"
+                                                                                  : "",
+                           gamma ? fmt::format(" rmsnorm({})", to_string(*gamma)) : "", gate_up ? " gate/up" : "");
+    }
+};
+
+// Every M class (decode 1..16, fused prefill 17..128, dequantise + cuBLASLt
+// beyond) crossed with a rotation of the layouts, so that each layout feature
+// meets each M class and both activation types.
+std::vector<FastestCase> cases()
+{
+    std::vector<FastestCase> all;
+    const std::size_t ms[] = {1, 2, 5, 8, 16, 17, 33, 64, 100, 129, 300};
+    int rotation = 0;
+    for (const DataType activation : {DataType::Float16, DataType::BFloat16}) {
+        for (const std::size_t m : ms) {
+            for (int layout = 0; layout < 8; ++layout, ++rotation) {
+                FastestCase c;
+                c.activation = activation;
+                c.m = m;
+                c.bits = rotation % 3 == 2 ? 8 : 4;
+                const std::size_t blocks[] = {32, 128, 16, 64, 256, 512};
+                c.block_size = blocks[rotation % 6];
+                c.zero_points = rotation % 2 == 1;
+                c.f32_scales = rotation % 5 == 3;
+                c.bias = static_cast<Bias>(rotation % 4);
+                // K and N tails: K not a multiple of the block or of 8, N not a multiple of 8.
+                c.k = layout == 5 ? 1000 : layout == 6 ? 1003 : 512;
+                c.n = layout == 4 ? 157 : 160;
+                if (layout == 2) {
+                    c.gamma = rotation % 3 == 0 ? DataType::Float32 : activation;
+                }
+                if (layout == 3 || layout == 7) {
+                    c.gate_up = true;
+                    c.bias = Bias::None;
+                    c.f32_scales = false;
+                    c.gamma = layout == 7 ? std::optional<DataType>(activation) : std::nullopt;
+                }
+                all.push_back(c);
+            }
+        }
+    }
+    return all;
+}
+
+std::vector<float> random_values(Lcg& lcg, std::size_t count, float low, float high)
+{
+    std::vector<float> values(count);
+    for (float& value : values) {
+        value = low + (high - low) * lcg.unit();
+    }
+    return values;
+}
+
+QuantizedWeights random_weights(Lcg& lcg, const FastestCase& c, DataType scale_type)
+{
+    QuantizedWeights w;
+    w.k = c.k;
+    w.n = c.n;
+    w.bits = c.bits;
+    w.block_size = c.block_size;
+    w.packed = lcg.codes(c.n * w.k_blocks() * w.blob_size(), 255);
+    // The scales the kernel reads: rounded to their stored dtype.
+    w.scales = stored_values(scale_type, random_values(lcg, c.n * w.k_blocks(), 0.015f, 0.025f));
+    if (c.zero_points) {
+        w.zero_points = lcg.codes(c.n * w.zp_row_bytes(), 255);
+    }
+    return w;
+}
+
+struct Outcome {
+    OracleError error;
+    std::string variant;
+};
+
+// One case's node: attributes, host inputs and the float64 expectation.
+struct FastestNode {
+    FastestCase spec;
+    NodeAttributes attributes;
+    std::vector<HostTensor> inputs;
+    std::vector<float> expected;  // [m, n]
+};
+
+FastestNode make_node(const FastestCase& c, std::uint64_t seed)
+{
+    Lcg lcg(seed);
+    const DataType t = c.activation;
+    const DataType scale_type = c.f32_scales ? DataType::Float32 : t;
+    const std::vector<float> a = stored_values(t, random_values(lcg, c.m * c.k, -1.0f, 1.0f));
+    const QuantizedWeights w = random_weights(lcg, c, scale_type);
+    const QuantizedWeights up = c.gate_up ? random_weights(lcg, c, scale_type) : QuantizedWeights{};
+    const std::size_t bias_rows = c.bias == Bias::PerToken ? c.m : 1;
+    const std::vector<float> bias =
+        c.bias == Bias::None ? std::vector<float>{} : stored_values(t, random_values(lcg, bias_rows * c.n, -1.0f, 1.0f));
+    const std::vector<float> gamma = c.gamma ? stored_values(*c.gamma, random_values(lcg, c.k, 0.5f, 1.0f))
+                                             : std::vector<float>{};
+
+    FastestNode node;
+    node.spec = c;
+    node.attributes = matmul_attributes(c.k, c.n, c.bits, c.block_size, 0);
+    node.inputs = {HostTensor::real(t, {c.m, c.k}, a), w.packed_tensor(), w.scales_tensor(scale_type)};
+    if (c.gate_up) {
+        node.attributes.set(ops::kGateUpSwigluAttr, std::int64_t{1});
+        node.inputs.push_back(up.packed_tensor());
+        node.inputs.push_back(up.scales_tensor(scale_type));
+        node.inputs.push_back(c.gamma ? HostTensor::real(*c.gamma, {c.k}, gamma) : HostTensor::absent(t));
+        node.inputs.push_back(w.zero_points_tensor());
+        node.inputs.push_back(up.zero_points_tensor());
+    } else {
+        node.inputs.push_back(w.zero_points_tensor());
+        node.inputs.push_back(HostTensor::absent(DataType::Int32));
+        node.inputs.push_back(c.bias == Bias::None ? HostTensor::absent(t)
+                                                   : HostTensor::real(t, {bias_rows * c.n}, bias));
+        node.inputs.push_back(c.gamma ? HostTensor::real(*c.gamma, {c.k}, gamma) : HostTensor::absent(t));
+    }
+    if (c.gamma) {
+        node.attributes.set(ops::kRmsNormPrologueAttr, std::int64_t{1});
+    }
+    if (c.bias == Bias::Folded) {
+        node.attributes.set(ops::kFoldedBiasAttr, std::int64_t{1});
+    }
+    trim_absent_tail(node.inputs);
+
+    std::vector<std::size_t> rows(c.m);
+    std::vector<std::size_t> columns(c.n);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        rows[i] = i;
+    }
+    for (std::size_t i = 0; i < columns.size(); ++i) {
+        columns[i] = i;
+    }
+    OracleNode oracle;
+    oracle.activation = &a;
+    oracle.m = c.m;
+    oracle.weights = &w;
+    oracle.up = c.gate_up ? &up : nullptr;
+    oracle.gamma = c.gamma ? &gamma : nullptr;
+    node.expected = oracle_at(oracle, rows, columns);
+    // The bias in float64 terms is a plain add, broadcast or per token.
+    for (std::size_t r = 0; r < c.m && !bias.empty(); ++r) {
+        for (std::size_t j = 0; j < c.n; ++j) {
+            node.expected[r * c.n + j] += bias[(c.bias == Bias::PerToken ? r * c.n : 0) + j];
+        }
+    }
+    return node;
+}
+
+std::unique_ptr<ops::MatMulNBits> fastest_operator(const FastestNode& node)
+{
+    return std::make_unique<ops::MatMulNBits>(matmul_gpu_shared(), node.attributes,
+                                              MatMulNBitsOptions{KernelPolicy::Fastest});
+}
+
+// Compiles every kernel the nodes' plans launch on all host cores at once, so
+// that the runs that follow only look their functions up.
+void compile_in_parallel(const std::vector<FastestNode>& nodes)
+{
+    std::vector<ops::KernelStep> steps;
+    for (const FastestNode& node : nodes) {
+        std::vector<TensorDesc> inputs;
+        for (const HostTensor& host : node.inputs) {
+            TensorDesc d;
+            d.dtype = host.dtype;
+            d.shape = host.shape;
+            d.present = host.present;
+            inputs.push_back(d);
+        }
+        TensorDesc output;
+        output.dtype = node.spec.activation;
+        output.shape = {node.spec.m, node.spec.n};
+        try {
+            for (const ops::PlanStep& planned : fastest_operator(node)->plan(inputs, {output}).steps) {
+                if (const auto* step = std::get_if<ops::KernelStep>(&planned)) {
+                    steps.push_back(*step);
+                }
+            }
+        } catch (const nbits::Error&) {
+            // The run reports it.
+        }
+    }
+    CudaRuntime& runtime = matmul_gpu();
+    std::atomic<std::size_t> next{0};
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t) {
+        threads.emplace_back([&] {
+            for (std::size_t i = next++; i < steps.size(); i = next++) {
+                try {
+                    runtime.internals().function(kernels::source(steps[i].source), steps[i].entry, steps[i].defines);
+                } catch (const nbits::Error&) {
+                    // The run reports it.
+                }
+            }
+        });
+    }
+    for (std::thread& thread : threads) {
+        thread.join();
+    }
+}
+
+Outcome run_node(const FastestNode& node)
+{
+    CudaRuntime& runtime = matmul_gpu();
+    const FastestCase& c = node.spec;
+    const std::unique_ptr<ops::MatMulNBits> op = fastest_operator(node);
+    const DeviceTensors device(runtime, node.inputs);
+    DeviceOutput output(runtime, c.activation, {c.m, c.n});
+    const RunOutcome outcome = run_into(*op, device.tensors(), output);
+    Outcome result;
+    result.error = oracle_error(output_values(c.activation, outcome.bytes), node.expected);
+    result.variant = outcome.plan.variant;
+    return result;
+}
+
+Outcome run_case(const FastestCase& c, std::uint64_t seed) { return run_node(make_node(c, seed)); }
+
+}  // namespace
+
+TEST_CASE("KernelPolicy::Fastest meets the float64 oracle on every feature combination, fp16 and bf16")
+{
+    std::vector<FastestNode> nodes;
+    std::uint64_t seed = 0xfa57000000000000ull;
+    for (const FastestCase& c : cases()) {
+        nodes.push_back(make_node(c, seed++));
+    }
+    compile_in_parallel(nodes);
+    OracleError worst_f16;
+    OracleError worst_bf16;
+    for (const FastestNode& node : nodes) {
+        const FastestCase& c = node.spec;
+        CAPTURE(c.describe());
+        Outcome outcome;
+        try {
+            outcome = run_node(node);
+        } catch (const nbits::Error& error) {
+            FAIL_CHECK("the run failed: " << error.what());
+            continue;
+        }
+        CAPTURE(outcome.variant);
+        CAPTURE(outcome.error.describe());
+        CHECK_MESSAGE(outcome.error.all_finite, "a non-finite output");
+        CHECK_MESSAGE(outcome.variant.rfind("nbits_", 0) == 0, "not one of nbits' own kernels");
+        if (c.activation == DataType::BFloat16) {
+            CHECK(outcome.error.max_abs <= 2e-2f * outcome.error.max_out);
+            worst_bf16.merge(outcome.error);
+        } else {
+            CHECK(within_oracle_bound(outcome.error, c.bits == 8 ? 2e-3f : 1e-3f));
+            worst_f16.merge(outcome.error);
+        }
+    }
+    MESSAGE("worst fp16: " << worst_f16.describe());
+    MESSAGE("worst bf16: " << worst_bf16.describe() << " (relative "
+                           << worst_bf16.max_abs / std::max(worst_bf16.max_out, 1e-30f) << ")");
+}
+
+TEST_CASE("a Fastest run writes every element of Y, also for outputs that are not a whole tile")
+{
+    for (const std::size_t m : {std::size_t{1}, std::size_t{7}, std::size_t{19}, std::size_t{150}}) {
+        FastestCase c;
+        c.m = m;
+        c.k = 264;
+        c.n = 13;
+        CAPTURE(c.describe());
+        const Outcome outcome = run_case(c, 42 + m);
+        CHECK(outcome.error.all_finite);
+        CHECK(within_oracle_bound(outcome.error, 1e-3f));
+    }
+}
