@@ -476,14 +476,23 @@ __device__ __forceinline__ int2 cta_tile()
 
 // Copies word `word` of the 4-byte words that cover the bytes from `byte0` on
 // of a byte array of `total` bytes (word-aligned down), reading nothing past
-// the end.
+// the end: a whole word asynchronously, the array's last partial word (zero
+// padded) and words past its end (zeros) with a plain shared store, which the
+// stage's barrier orders like the copies.
 __device__ __forceinline__ void cp_async_word(
     const u32 dst, const u8* base, const int byte0, const int total, const int word)
 {
     const int at = (byte0 & ~3) + 4 * word;
     const int left = total - at;
-    const int bytes = left >= 4 ? 4 : (left > 0 ? left : 0);
-    cp_async<4>(dst, base + (bytes > 0 ? at : 0), bytes);
+    if (left >= 4) {
+        cp_async<4>(dst, base + at, 4);
+        return;
+    }
+    u32 value = 0;
+    for (int i = 0; i < left; ++i) {
+        value |= (u32)base[at + i] << (8 * i);
+    }
+    asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(dst), "r"(value) : "memory");
 }
 
 // Issues the copies of k tile `tile` into the stage at shared address `stage`
@@ -910,10 +919,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_pre
 #endif
 
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gate_up
-// y[m, n] = T(silu(T(a . gate^T)) * T(a . up^T)) for the two weight sets of a
-// paired node (same K, N, bits, block size, scale type, zero-point presence).
-// The gate and up values are rounded to act_t first, as the unfused pair of
-// GEMMs followed by silu_mul would round them.
+// y[m, n] = T(silu(a . gate^T) * (a . up^T)) for the two weight sets of a
+// paired node (same K, N, bits, block size, scale type, zero-point presence),
+// from the fp32 accumulators with one rounding at the end.
 extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_prefill_gate_up(
     const act_t* __restrict__ a,          // align 2; align 16 when K%8==0
     const u8* __restrict__ b_gate,        // align 8; align 16 when B_ROW%16==0
@@ -955,10 +963,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_pre
         Act8 out;
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-            const float x = to_float(to_act(gate[e]));
-            const float u = to_float(to_act(up[e]));
+            const float x = gate[e];
             // x / (1 + e^-x): e^-x overflows to inf for x < -88, giving -0.
-            out.e[e] = to_act(x / (1.0f + __expf(-x)) * u);
+            out.e[e] = to_act(x / (1.0f + expf(-x)) * up[e]);
         }
         store8(y, out, row, col0, n);
     }

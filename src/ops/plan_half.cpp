@@ -373,7 +373,7 @@ HalfOperands gate_up_projection(BufferRef packed, BufferRef scales, BufferRef ze
 void require_gate_up_layout(const MatMulNBitsConfig& config)
 {
     if (config.block_size != 32 || config.bits != 4) {
-        fail(fmt::format("gate/up SwiGLU fusion received bits={} and block_size={}. Why: the fused fp16 path "
+        fail_unsupported(fmt::format("gate/up SwiGLU fusion received bits={} and block_size={}. Why: the fused fp16 path "
                          "implements the block-32 packed int4 layout. How to fix: export 4-bit MatMulNBits weights "
                          "with block_size=32, use KernelPolicy::Fastest, or disable this fusion",
                          config.bits, config.block_size));

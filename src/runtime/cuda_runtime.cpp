@@ -1,6 +1,7 @@
 #include "runtime/internals.hpp"
 
 #include "cuda/driver.hpp"
+#include "jit/environment.hpp"
 #include "jit/include_dirs.hpp"
 #include "nbits/error.hpp"
 
@@ -118,6 +119,8 @@ CudaRuntime::Internals::Internals(const RuntimeOptions& options) : ordinal_(opti
         cuda::check(d.stream_create(&stream_, CU_STREAM_NON_BLOCKING), "creating the nbits CUDA stream");
         pool_ = create_pool(device_);
         include_dirs_ = jit::discover_include_dirs();
+        const std::optional<std::string> synchronous = jit::process_environment()("NBITS_SYNC_LAUNCHES");
+        synchronous_launches_ = synchronous && *synchronous != "0" && !synchronous->empty();
         disk_cache_ = jit::open_disk_cache(options.disk_cache);
         modules_ = std::make_unique<ModuleCache>(capabilities_.compute_major, capabilities_.compute_minor,
                                                  include_dirs_, options.granularity, jit::as_image_store(disk_cache_));
@@ -286,11 +289,24 @@ void CudaRuntime::Internals::launch(CUfunction function, const LaunchConfig& con
     const CUresult result = cuda::driver().launch_kernel(
         function, config.grid.x, config.grid.y, config.grid.z, config.block.x, config.block.y, config.block.z,
         config.dynamic_shared_bytes, stream, args.pointers(), nullptr);
-    if (result != CUDA_SUCCESS) {
+    auto fail = [&](const char* when, CUresult error) {
         throw Error(ErrorKind::Driver,
-                    fmt::format("launch {} (grid {}x{}x{}, block {}x{}x{}, {} bytes dynamic shared memory) failed: {}",
+                    fmt::format("launch {} (grid {}x{}x{}, block {}x{}x{}, {} bytes dynamic shared memory) {}: {}",
                                 what, config.grid.x, config.grid.y, config.grid.z, config.block.x, config.block.y,
-                                config.block.z, config.dynamic_shared_bytes, cuda::describe(result)));
+                                config.block.z, config.dynamic_shared_bytes, when, cuda::describe(error)));
+    };
+    if (result != CUDA_SUCCESS) {
+        fail("failed", result);
+    }
+    if (synchronous_launches_) {
+        CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+        cuda::driver().stream_is_capturing(stream, &capturing);
+        if (capturing == CU_STREAM_CAPTURE_STATUS_NONE) {
+            const CUresult ran = cuda::driver().stream_synchronize(stream);
+            if (ran != CUDA_SUCCESS) {
+                fail("faulted while running (NBITS_SYNC_LAUNCHES)", ran);
+            }
+        }
     }
 }
 

@@ -126,6 +126,9 @@ private:
     std::atomic<std::uint64_t> frees_{0};
     // Remaining allocations under the test budget; negative: no budget.
     std::atomic<std::int64_t> budget_{-1};
+    // NBITS_SYNC_LAUNCHES=1: wait for every launch, so that a kernel fault is
+    // reported by the launch that caused it (debugging; never while capturing).
+    bool synchronous_launches_ = false;
 };
 
 }  // namespace nbits

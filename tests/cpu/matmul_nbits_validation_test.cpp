@@ -403,6 +403,8 @@ TEST_CASE("gate/up: dtypes, gamma, shapes, layout and paired zero points, in the
           prefixed("gate/up SwiGLU fusion received bits=4 and block_size=64. Why: the fused fp16 path implements "
                    "the block-32 packed int4 layout. How to fix: export 4-bit MatMulNBits weights with block_size=32, "
                    "use KernelPolicy::Fastest, or disable this fusion"));
+    // A valid node the original's fused kernels do not implement.
+    CHECK(error_kind(p) == ErrorKind::Unsupported);
     p = paired();
     p.inputs[1].shape = {64, 4, 32};
     CHECK(error_message(p) == prefixed("W_gate must have shape [64, 4, 16], got [64, 4, 32]"));

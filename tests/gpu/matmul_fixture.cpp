@@ -95,14 +95,7 @@ bool DeviceOutput::still_poisoned() const
 
 std::vector<float> output_values(DataType dtype, const std::vector<std::uint8_t>& bytes)
 {
-    if (dtype == DataType::Float16) {
-        std::vector<std::uint16_t> halves(bytes.size() / 2);
-        std::memcpy(halves.data(), bytes.data(), halves.size() * 2);
-        return half_values(halves);
-    }
-    std::vector<float> values(bytes.size() / 4);
-    std::memcpy(values.data(), bytes.data(), values.size() * 4);
-    return values;
+    return real_values(dtype, bytes);
 }
 
 namespace {

@@ -262,12 +262,15 @@ HostRows make_rows(const Node& node, std::uint64_t seed)
 
 test::HostTensor host_tensor(const Slot& s, const HostWeights& weights, const HostRows& rows)
 {
-    const auto& w = weights.projections.at(static_cast<std::size_t>(s.projection));
+    // Only the weight slots have a projection; the per-M slots come with no weights.
+    auto projection = [&]() -> const test::QuantizedWeights& {
+        return weights.projections.at(static_cast<std::size_t>(s.projection));
+    };
     switch (s.role) {
     case Role::Activation: return test::HostTensor::real(s.desc.dtype, s.desc.shape, rows.activation);
-    case Role::Packed: return w.packed_tensor();
-    case Role::Scales: return w.scales_tensor(s.desc.dtype);
-    case Role::ZeroPoints: return w.zero_points_tensor();
+    case Role::Packed: return projection().packed_tensor();
+    case Role::Scales: return projection().scales_tensor(s.desc.dtype);
+    case Role::ZeroPoints: return projection().zero_points_tensor();
     case Role::Bias: return test::HostTensor::real(s.desc.dtype, s.desc.shape, rows.bias);
     case Role::Gamma: return test::HostTensor::real(s.desc.dtype, s.desc.shape, rows.gamma);
     case Role::GroupIndex: break;
