@@ -10,7 +10,6 @@ const char* to_string(ErrorKind kind)
     case ErrorKind::UnsupportedDevice: return "unsupported-device";
     case ErrorKind::Driver: return "driver";
     case ErrorKind::Compile: return "compile";
-    case ErrorKind::MissingHeaders: return "missing-headers";
     case ErrorKind::InvalidArgument: return "invalid-argument";
     case ErrorKind::Unsupported: return "unsupported";
     case ErrorKind::Blas: return "blas";

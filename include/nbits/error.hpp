@@ -13,7 +13,6 @@ enum class ErrorKind {
     UnsupportedDevice,
     Driver,           // a CUDA driver call failed
     Compile,          // NVRTC rejected a kernel source
-    MissingHeaders,   // cuda_fp16.h was not found for NVRTC
     InvalidArgument,  // attributes, dtypes, shapes, strides, values
     Unsupported,      // a valid ONNX input this engine does not implement
     Blas,             // cuBLASLt failed

@@ -80,7 +80,6 @@ struct PlanContext {
     Capabilities capabilities;
     PlanOverrides overrides;
     KernelPolicy policy = KernelPolicy::Original;
-    bool half_headers_available = true;
     // Reads g_idx (input 4) from the device for its range check; called only
     // when a g_idx tensor is present (f32 activations). Without one, such a
     // plan fails with a message saying how to supply the data.

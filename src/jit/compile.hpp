@@ -20,7 +20,6 @@ struct CompileRequest {
     std::vector<std::string> entries;
     Defines defines;
     Target target;
-    std::vector<std::string> include_dirs;
 };
 
 struct CompiledImage {

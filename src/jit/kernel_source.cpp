@@ -233,8 +233,12 @@ std::vector<KernelEntry> declared_entries(std::string_view text)
     return entries;
 }
 
-KernelSource::KernelSource(std::string name, std::string text, const std::vector<Header>& available)
-    : name_(std::move(name)), text_(std::move(text)), declarations_(declared_entries(text_))
+KernelSource::KernelSource(std::string name, std::string text, const std::vector<Header>& available,
+                           std::vector<std::string> include_dirs)
+    : name_(std::move(name)),
+      text_(std::move(text)),
+      include_dirs_(std::move(include_dirs)),
+      declarations_(declared_entries(text_))
 {
     for (const KernelEntry& declaration : declarations_) {
         // An entry may be declared once per preprocessor branch (fp32 and tensor-core bodies).
@@ -282,7 +286,7 @@ const KernelEntry* KernelSource::entry(std::string_view entry) const
     return nullptr;
 }
 
-std::vector<KernelSource> sources_from(const EmbeddedFileSet& files)
+std::vector<KernelSource> sources_from(const EmbeddedFileSet& files, const std::vector<std::string>& include_dirs)
 {
     auto ends_with = [](std::string_view text, std::string_view suffix) {
         return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
@@ -298,7 +302,7 @@ std::vector<KernelSource> sources_from(const EmbeddedFileSet& files)
         std::string_view path(file.path);
         if (ends_with(path, ".cu")) {
             std::string name(path.substr(0, path.size() - 3));
-            sources.emplace_back(std::move(name), std::string(file.text, file.size), headers);
+            sources.emplace_back(std::move(name), std::string(file.text, file.size), headers, include_dirs);
         }
     }
     return sources;

@@ -43,16 +43,24 @@ struct Header {
 // reaches through #include "...", and the extern "C" entries it declares.
 // Immutable; its digest is computed once, here, so that looking a compiled
 // function up never hashes the text again.
+//
+// nbits' own sources read nothing but their named headers, so NVRTC is given
+// no include directory for them. `include_dirs` exists for sources that
+// include toolkit headers such as <cuda_fp16.h>: the original kernels the
+// tests compile as oracles. Image keys name such a directory by the content
+// of its fp16 headers (include_dir_identity), never by its path.
 class KernelSource {
 public:
     // Keeps only the headers of `available` reachable from `text` (directly or
     // through other headers): those, and nothing else, are part of the digest.
-    KernelSource(std::string name, std::string text, const std::vector<Header>& available = {});
+    KernelSource(std::string name, std::string text, const std::vector<Header>& available = {},
+                 std::vector<std::string> include_dirs = {});
 
     const std::string& name() const { return name_; }
     const std::string& text() const { return text_; }
     const std::vector<Header>& headers() const { return headers_; }
     const std::vector<std::string>& entries() const { return entries_; }
+    const std::vector<std::string>& include_dirs() const { return include_dirs_; }
     // The declaration of `entry`, or nullptr when the source has none.
     const KernelEntry* entry(std::string_view entry) const;
     // Hex SHA-256 over the text and the reachable headers' names and texts.
@@ -64,6 +72,7 @@ private:
     std::string text_;
     std::vector<Header> headers_;
     std::vector<std::string> entries_;
+    std::vector<std::string> include_dirs_;
     std::vector<KernelEntry> declarations_;
     std::string digest_;
 };
@@ -76,6 +85,6 @@ std::vector<KernelEntry> declared_entries(std::string_view text);
 
 // Builds one KernelSource per *.cu file of an embedded set; every *.cuh file
 // of the set is available to them as a named header.
-std::vector<KernelSource> sources_from(const EmbeddedFileSet& files);
+std::vector<KernelSource> sources_from(const EmbeddedFileSet& files, const std::vector<std::string>& include_dirs = {});
 
 }  // namespace nbits::jit

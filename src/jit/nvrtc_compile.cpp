@@ -62,7 +62,7 @@ std::vector<std::string> compile_options(const CompileRequest& request)
     for (const std::string& define : request.defines) {
         options.push_back("-D" + define);
     }
-    for (const std::string& dir : request.include_dirs) {
+    for (const std::string& dir : request.source->include_dirs()) {
         options.push_back("-I" + dir);
     }
     return options;

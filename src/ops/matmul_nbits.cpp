@@ -263,7 +263,6 @@ PlanContext MatMulNBits::context(const std::vector<Tensor>* tensors, CUstream st
     context.capabilities = runtime_->capabilities();
     context.overrides = overrides_;
     context.policy = options_.policy;
-    context.half_headers_available = !runtime_->internals().include_dirs().empty();
     if (tensors != nullptr && tensors->size() > kGroupIndexSlot) {
         CudaRuntime* runtime = runtime_.get();
         const CUdeviceptr data = (*tensors)[kGroupIndexSlot].data;

@@ -1,6 +1,5 @@
 #include "ops/plan_internal.hpp"
 
-#include "jit/include_dirs.hpp"
 #include "kernels.hpp"
 
 #include <fmt/format.h>
@@ -424,13 +423,6 @@ bool f16_gemv_uses_large_block(std::size_t k, std::size_t n)
 std::uint32_t f16_gemv_threads(std::size_t k, std::size_t n)
 {
     return f16_gemv_uses_large_block(k, n) ? kGemvF16LargeThreads : kGemvF16SmallThreads;
-}
-
-void require_half_headers(const PlanContext& context, const char* op)
-{
-    if (!context.half_headers_available) {
-        throw Error(ErrorKind::MissingHeaders, jit::missing_half_headers_message(op));
-    }
 }
 
 LaunchPlan empty_plan(std::string variant, std::string reason)

@@ -119,7 +119,6 @@ void add_f16_gemv(LaunchPlan& plan, const PlanRequest& request, const HalfOperan
                                        bits, block_size, zp, reason);
                 });
     record_bias_stage(plan, operands.has_bias(), config.fold_bias_post_round);
-    require_half_headers(request.context, "MatMulNBits fp16 GEMV");
 
     // Split-K fills the grid of the grid-starved asymmetric block-32 GEMV; it
     // needs whole 256-wide K steps and the 256-thread block's warps.
@@ -161,7 +160,6 @@ void add_f16_gemv(LaunchPlan& plan, const PlanRequest& request, const HalfOperan
 void add_int8_f16_gemv(LaunchPlan& plan, const PlanRequest& request, const HalfOperands& operands)
 {
     const MatMulNBitsConfig& config = request.config;
-    require_half_headers(request.context, "MatMulNBits int8 fp16 GEMV");
     // Split-K only for asymmetric weights: symmetric int8 keeps the
     // byte-identical single-warp kernel.
     const bool use_splitk = operands.has_zero_points() && config.k % kSplitKStep == 0 &&
@@ -190,7 +188,6 @@ void add_rmsnorm_gemv(LaunchPlan& plan, const PlanRequest& request, const HalfOp
     const bool int8 = config.bits == 8;
     const char* what =
         int8 ? "MatMulNBits int8 fp16 RMS-norm-prologue GEMV" : "MatMulNBits fp16 RMS-norm-prologue GEMV";
-    require_half_headers(request.context, what);
     record_bias_stage(plan, operands.has_bias(), config.fold_bias_post_round);
     const char* entry_name =
         int8 ? (operands.has_zero_points() ? "matmul_nbits_gemv_int8_f16_scales_f16_rmsnorm_zp"
@@ -223,7 +220,6 @@ void add_f16_gemm(LaunchPlan& plan, const PlanRequest& request, const HalfOperan
                   std::size_t bias_row_stride)
 {
     const MatMulNBitsConfig& config = request.config;
-    require_half_headers(request.context, "MatMulNBits fp16 prefill GEMM");
     const bool general_block_size = config.block_size != 32;
     StepBuilder step(general_block_size ? "matmul_nbits_gemm_f16_general_bs" : "matmul_nbits_gemm_f16",
                      "MatMulNBits fp16 prefill GEMM");
@@ -251,7 +247,6 @@ void add_rmsnorm_prefill(LaunchPlan& plan, const PlanRequest& request, BufferRef
                          BufferRef normalized, std::size_t m)
 {
     const MatMulNBitsConfig& config = request.config;
-    require_half_headers(request.context, "MatMulNBits fp16 RMS-norm prefill prologue");
     StepBuilder("matmul_nbits_rmsnorm_f16_warp_half4", "MatMulNBits fp16 RMS-norm prefill prologue")
         .arg("activation", activation)
         .arg("gamma", gamma.tensor)
@@ -414,7 +409,6 @@ void add_gate_up_decode(LaunchPlan& plan, const PlanRequest& request, const Gate
     const bool fused_norm = tensors.gamma != nullptr;
     const char* what =
         fused_norm ? "MatMulNBits fp16 gate/up SwiGLU RMS-norm GEMV" : "MatMulNBits fp16 gate/up SwiGLU GEMV";
-    require_half_headers(request.context, what);
     // Symmetric weights take the entry without the per-block zero-point load.
     const bool zero_points = tensors.zp_gate != nullptr || tensors.zp_up != nullptr;
     const char* entry_name = fused_norm ? (zero_points ? "matmul_nbits_gemv_f16_gate_up_swiglu_rmsnorm_zp"

@@ -213,8 +213,4 @@ void require_rmsnorm_width(std::size_t k);
 // message naming `what` beyond it) and returns its number.
 int add_scratch(LaunchPlan& plan, const PlanRequest& request, std::size_t bytes, std::string_view what);
 
-// Throws Error(MissingHeaders), naming `op`, where the original calls
-// require_nvrtc_half_headers: NVRTC cannot compile fp16 kernels without cuda_fp16.h.
-void require_half_headers(const PlanContext& context, const char* op);
-
 }  // namespace nbits::ops::detail

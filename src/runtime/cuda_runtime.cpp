@@ -2,7 +2,6 @@
 
 #include "cuda/driver.hpp"
 #include "jit/environment.hpp"
-#include "jit/include_dirs.hpp"
 #include "nbits/error.hpp"
 
 #include <cublasLt.h>
@@ -118,12 +117,11 @@ CudaRuntime::Internals::Internals(const RuntimeOptions& options) : ordinal_(opti
         // Non-blocking: the legacy NULL stream cannot be captured into a CUDA graph.
         cuda::check(d.stream_create(&stream_, CU_STREAM_NON_BLOCKING), "creating the nbits CUDA stream");
         pool_ = create_pool(device_);
-        include_dirs_ = jit::discover_include_dirs();
         const std::optional<std::string> synchronous = jit::process_environment()("NBITS_SYNC_LAUNCHES");
         synchronous_launches_ = synchronous && *synchronous != "0" && !synchronous->empty();
         disk_cache_ = jit::open_disk_cache(options.disk_cache);
         modules_ = std::make_unique<ModuleCache>(capabilities_.compute_major, capabilities_.compute_minor,
-                                                 include_dirs_, options.granularity, jit::as_image_store(disk_cache_));
+                                                 options.granularity, jit::as_image_store(disk_cache_));
     } catch (...) {
         if (stream_ != nullptr) {
             d.stream_destroy(stream_);

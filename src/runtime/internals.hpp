@@ -72,7 +72,6 @@ public:
     CUfunction function(const jit::KernelSource& source, std::string_view entry, const jit::Defines& defines = {});
     ModuleCache& modules() { return *modules_; }
     jit::DiskCache* disk_cache() const { return disk_cache_.get(); }
-    const std::vector<std::string>& include_dirs() const { return include_dirs_; }
 
     // Raises the function's dynamic shared-memory limit when `requested`
     // exceeds the default budget (and what was raised before: the limit only
@@ -115,7 +114,6 @@ private:
     CUstream stream_ = nullptr;
     CUmemoryPool pool_ = nullptr;
     Capabilities capabilities_;
-    std::vector<std::string> include_dirs_;
     std::shared_ptr<jit::DiskCache> disk_cache_;
     std::unique_ptr<ModuleCache> modules_;
     std::mutex shared_memory_mutex_;

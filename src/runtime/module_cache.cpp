@@ -9,7 +9,7 @@ namespace nbits {
 
 jit::CompileRequest module_request(const jit::KernelSource& source, std::string_view entry,
                                    const jit::Defines& defines, CompileGranularity granularity,
-                                   const jit::Target& target, std::vector<std::string> include_dirs)
+                                   const jit::Target& target)
 {
     jit::CompileRequest request;
     request.source = &source;
@@ -18,7 +18,6 @@ jit::CompileRequest module_request(const jit::KernelSource& source, std::string_
         request.entries.emplace_back(entry);
     }
     request.target = target;
-    request.include_dirs = std::move(include_dirs);
     return request;
 }
 
@@ -32,11 +31,10 @@ struct ModuleCache::Module {
     }
 };
 
-ModuleCache::ModuleCache(int compute_major, int compute_minor, std::vector<std::string> include_dirs,
-                         CompileGranularity granularity, std::shared_ptr<jit::ImageStore> store)
+ModuleCache::ModuleCache(int compute_major, int compute_minor, CompileGranularity granularity,
+                         std::shared_ptr<jit::ImageStore> store)
     : major_(compute_major),
       minor_(compute_minor),
-      include_dirs_(std::move(include_dirs)),
       granularity_(granularity),
       store_(std::move(store))
 {
@@ -146,7 +144,7 @@ std::shared_ptr<ModuleCache::Module> ModuleCache::load_module(const jit::KernelS
                     fmt::format("{}.cu declares no kernel entry '{}'", source.name(), entry));
     }
     jit::CompileRequest request =
-        module_request(source, entry, defines, granularity_, jit::Target::cubin(major_, minor_), include_dirs_);
+        module_request(source, entry, defines, granularity_, jit::Target::cubin(major_, minor_));
     auto module = std::make_shared<Module>();
 
     // A CUBIN for exactly this GPU, when the cache holds one (nbits-prewarm

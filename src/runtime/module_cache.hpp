@@ -24,7 +24,7 @@ namespace nbits {
 // too, so that it writes exactly the images a runtime looks up.
 jit::CompileRequest module_request(const jit::KernelSource& source, std::string_view entry,
                                    const jit::Defines& defines, CompileGranularity granularity,
-                                   const jit::Target& target, std::vector<std::string> include_dirs);
+                                   const jit::Target& target);
 
 struct ModuleCacheStats {
     std::uint64_t compiles = 0;      // NVRTC runs
@@ -39,8 +39,8 @@ struct ModuleCacheStats {
 // current (CudaRuntime does).
 class ModuleCache {
 public:
-    ModuleCache(int compute_major, int compute_minor, std::vector<std::string> include_dirs,
-                CompileGranularity granularity, std::shared_ptr<jit::ImageStore> store);
+    ModuleCache(int compute_major, int compute_minor, CompileGranularity granularity,
+                std::shared_ptr<jit::ImageStore> store);
     ~ModuleCache();
     ModuleCache(const ModuleCache&) = delete;
     ModuleCache& operator=(const ModuleCache&) = delete;
@@ -64,7 +64,6 @@ private:
 
     int major_;
     int minor_;
-    std::vector<std::string> include_dirs_;
     CompileGranularity granularity_;
     std::shared_ptr<jit::ImageStore> store_;
     std::atomic<bool> cubin_only_{false};

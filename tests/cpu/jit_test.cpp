@@ -1,7 +1,6 @@
 #include "nbits/error.hpp"
 #include "jit/compile.hpp"
 #include "jit/image_store.hpp"
-#include "jit/include_dirs.hpp"
 #include "jit/kernel_source.hpp"
 #include "jit/sha256.hpp"
 #include "jit/target.hpp"
@@ -67,36 +66,6 @@ TEST_CASE("a kernel source keeps exactly the headers it reaches, and its digest 
     CHECK(jit::KernelSource("k", source.text() + "\n", headers).digest() != source.digest());
 }
 
-TEST_CASE("include directories are discovered in the original's order and only where cuda_fp16.h exists")
-{
-    std::map<std::string, std::string> env = {
-        {"CUDA_HOME", "/opt/cuda/"},
-        {"CUDA_PATH", "/missing"},
-        {"LD_LIBRARY_PATH", "/x/lib:/venv/site/nvidia/cuda_nvrtc/lib/:/y/nvidia/cuda_nvrtc/lib"},
-    };
-    std::set<std::string> files = {"/opt/cuda/include/cuda_fp16.h", "/usr/local/cuda/include/cuda_fp16.h",
-                                   "/venv/site/nvidia/cuda_runtime/include/cuda_fp16.h"};
-    auto lookup = [&](const char* name) -> std::optional<std::string> {
-        auto it = env.find(name);
-        return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
-    };
-    auto exists = [&](const std::string& path) { return files.count(path) > 0; };
-    CHECK(jit::discover_include_dirs(lookup, exists) ==
-          std::vector<std::string>{"/opt/cuda/include", "/usr/local/cuda/include",
-                                   "/venv/site/nvidia/cuda_runtime/include"});
-
-    env["CUDA_HOME"] = "/usr/local/cuda";
-    CHECK(jit::discover_include_dirs(lookup, exists) ==
-          std::vector<std::string>{"/usr/local/cuda/include", "/venv/site/nvidia/cuda_runtime/include"});
-
-    files.clear();
-    CHECK(jit::discover_include_dirs(lookup, exists).empty());
-    const std::string message = jit::missing_half_headers_message("MatMulNBits fp16 GEMV");
-    CHECK(message.find("MatMulNBits fp16 GEMV") != std::string::npos);
-    CHECK(message.find("CUDA_HOME") != std::string::npos);
-    CHECK(message.find("How to fix") != std::string::npos);
-}
-
 TEST_CASE("a compile error carries the NVRTC log and the options")
 {
     const jit::KernelSource broken("broken", "extern \"C\" __global__ void broken_entry() { undeclared_name = 1; }\n");
@@ -150,7 +119,6 @@ TEST_CASE("one entry compiled alone yields a module holding that entry only")
     request.source = &source;
     request.entries = {"matmul_nbits_gemv_f32"};
     request.target = jit::Target::ptx(8, 0);
-    request.include_dirs = jit::discover_include_dirs();
     const jit::CompiledImage image = jit::compile(request);
     CHECK(image.image.find(".entry matmul_nbits_gemv_f32(") != std::string::npos);
     for (const std::string& other : source.entries()) {
@@ -163,21 +131,36 @@ TEST_CASE("one entry compiled alone yields a module holding that entry only")
 
 TEST_SUITE("compile-all")
 {
-    TEST_CASE("every embedded kernel source compiles for sm_80, sm_86, sm_89, sm_90 and compute_80")
+    // NVRTC has no default include path and no built-in cuda_fp16.h, so a
+    // source that reached for a toolkit header would fail here: this is what
+    // makes the compile below a proof that the runtime needs none.
+    TEST_CASE("without an include directory NVRTC cannot see the CUDA toolkit's headers")
     {
-        const auto include_dirs = jit::discover_include_dirs();
-        REQUIRE_MESSAGE(!include_dirs.empty(), "the CUDA toolkit headers (cuda_fp16.h) are needed to compile");
+        const jit::KernelSource toolkit_user("toolkit_user", "#include <cuda_fp16.h>\n"
+                                                             "extern \"C\" __global__ void toolkit_user_entry() {}\n");
+        jit::CompileRequest request;
+        request.source = &toolkit_user;
+        request.target = jit::Target::ptx(8, 0);
+        CHECK_THROWS_WITH_AS(jit::compile(request), doctest::Contains("cuda_fp16.h"), Error);
+    }
+
+    TEST_CASE("every embedded kernel source compiles for sm_80, sm_86, sm_89, sm_90 and compute_80 with no include "
+              "directory")
+    {
         REQUIRE(!kernels::all().empty());
         for (const char* target : {"sm_80", "sm_86", "sm_89", "sm_90", "compute_80"}) {
             for (const jit::KernelSource& source : kernels::all()) {
                 CAPTURE(target);
                 CAPTURE(source.name());
+                REQUIRE(source.include_dirs().empty());
                 jit::CompileRequest request;
                 request.source = &source;
                 request.target = jit::Target::parse(target);
-                request.include_dirs = include_dirs;
                 const jit::CompiledImage image = jit::compile(request);
                 CHECK(!image.image.empty());
+                for (const std::string& option : image.options) {
+                    CHECK(option.rfind("-I", 0) == std::string::npos);
+                }
                 if (request.target.kind == jit::ImageKind::Ptx) {
                     for (const std::string& entry : source.entries()) {
                         CHECK(image.image.find(".entry " + entry + "(") != std::string::npos);
@@ -199,12 +182,12 @@ TEST_CASE("an image key names include directories by their fp16 headers' content
         write(root + "/" + dir + "/cuda_fp16.h", "#include \"cuda_fp16.hpp\"\n");
         write(root + "/" + dir + "/cuda_fp16.hpp", std::string("// half ") + (dir[0] == 'c' ? "v2" : "v1") + "\n");
     }
-    const jit::KernelSource source("tiny", "extern \"C\" __global__ void tiny_entry() {}\n");
     auto key_with = [&](const std::string& dir) {
+        const jit::KernelSource source("tiny", "extern \"C\" __global__ void tiny_entry() {}\n", {},
+                                       {root + "/" + dir});
         jit::CompileRequest request;
         request.source = &source;
         request.target = jit::Target::cubin(9, 0);
-        request.include_dirs = {root + "/" + dir};
         return jit::ImageKey::for_request(request).canonical();
     };
     CHECK(key_with("a") == key_with("b"));

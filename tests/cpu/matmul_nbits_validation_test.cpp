@@ -2,7 +2,6 @@
 // nbits adds where the original relied on its graph optimizer.
 
 #include "matmul_nbits_fixtures.hpp"
-#include "jit/include_dirs.hpp"
 
 #include <fmt/format.h>
 
@@ -330,41 +329,6 @@ TEST_CASE("scalars that do not fit in 32 bits are refused before any launch")
     Problem p = problem(node(64, 8), f16(k));
     CHECK(error_message(p) == prefixed("M=2147483648 exceeds the 32-bit int range of the kernel arguments"));
     CHECK(error_kind(p) == ErrorKind::Unsupported);
-}
-
-TEST_CASE("fp16 kernels need cuda_fp16.h: the plan names the op where the original checks")
-{
-    struct Case {
-        NodeAttributes attributes;
-        test::Shapes shapes;
-        const char* op;
-    };
-    test::Shapes normed = f16();
-    normed.gamma = DataType::Float16;
-    test::Shapes normed_prefill = normed;
-    normed_prefill.m = 4;
-    for (const Case& c : {Case{node(128, 64), f16(), "MatMulNBits fp16 GEMV"},
-                          Case{node(128, 64), f16(4), "MatMulNBits fp16 prefill GEMM"},
-                          Case{node(128, 64, 8), f16(), "MatMulNBits int8 fp16 GEMV"},
-                          Case{rms(node(128, 64)), normed, "MatMulNBits fp16 RMS-norm-prologue GEMV"},
-                          Case{rms(node(128, 64, 8)), normed, "MatMulNBits int8 fp16 RMS-norm-prologue GEMV"},
-                          Case{rms(node(128, 64)), normed_prefill, "MatMulNBits fp16 RMS-norm prefill prologue"},
-                          Case{gate_up(node(128, 64)), f16(), "MatMulNBits fp16 gate/up SwiGLU GEMV"},
-                          Case{rms(gate_up(node(128, 64))), normed, "MatMulNBits fp16 gate/up SwiGLU RMS-norm GEMV"},
-                          Case{gate_up(node(128, 64)), f16(3), "MatMulNBits fp16 prefill GEMM"}}) {
-        CAPTURE(c.op);
-        Problem p = problem(c.attributes, c.shapes);
-        p.context.half_headers_available = false;
-        CHECK(error_message(p) == jit::missing_half_headers_message(c.op));
-        CHECK(error_kind(p) == ErrorKind::MissingHeaders);
-    }
-    // fp32 kernels compile without it; an empty output compiles nothing.
-    Problem p = problem(node(128, 64), f32());
-    p.context.half_headers_available = false;
-    CHECK_NOTHROW(p.plan());
-    p = problem(node(128, 64), f16(0));
-    p.context.half_headers_available = false;
-    CHECK_NOTHROW(p.plan());
 }
 
 TEST_CASE("gate/up: dtypes, gamma, shapes, layout and paired zero points, in the original's order")

@@ -2,7 +2,6 @@
 
 #include "cache_test_support.hpp"
 #include "jit/disk_cache.hpp"
-#include "jit/include_dirs.hpp"
 #include "kernels.hpp"
 #include "runtime/module_cache.hpp"
 
@@ -43,7 +42,7 @@ jit::ImageKey runtime_key(const std::string& source_name, const std::string& ent
 {
     const jit::KernelSource& source = kernels::source(source_name);
     return jit::ImageKey::for_request(
-        module_request(source, entry, defines, granularity, target, jit::discover_include_dirs()));
+        module_request(source, entry, defines, granularity, target));
 }
 
 // Whether `cache` holds the image a runtime would look up.

@@ -4,6 +4,7 @@
 #include "cuda/driver.hpp"
 #include "nbits/error.hpp"
 #include "kernels.hpp"
+#include "toolkit_include_dirs.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -263,7 +264,8 @@ std::string original_text(std::string_view path)
 
 const std::vector<jit::KernelSource>& originals()
 {
-    static const std::vector<jit::KernelSource> sources = jit::sources_from(original_kernel_files());
+    static const std::vector<jit::KernelSource> sources =
+        jit::sources_from(original_kernel_files(), test::toolkit_include_dirs());
     return sources;
 }
 
@@ -273,7 +275,8 @@ const jit::KernelSource& staged_down_source()
 {
     static const jit::KernelSource source("original_gemv_f16_with_staged_down",
                                           original_text("gemv_f16.cu") + "\n" +
-                                              original_text("staged_down_reference.cu"));
+                                              original_text("staged_down_reference.cu"),
+                                          {}, test::toolkit_include_dirs());
     return source;
 }
 
@@ -385,7 +388,8 @@ extern "C" __global__ void test_skip_rmsnorm_f16_warp_half4(
 const jit::KernelSource& test_kernels()
 {
     static const jit::KernelSource source("nbits_test_reference_kernels",
-                                          original_text("ref_silu_mul.cu") + "\n" + kTestKernels);
+                                          original_text("ref_silu_mul.cu") + "\n" + kTestKernels, {},
+                                          test::toolkit_include_dirs());
     return source;
 }
 

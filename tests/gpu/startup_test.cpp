@@ -6,7 +6,6 @@
 #include "runtime/internals.hpp"
 #include "gpu_fixture.hpp"
 #include "jit/disk_cache.hpp"
-#include "jit/include_dirs.hpp"
 #include "kernels.hpp"
 
 #include <doctest/doctest.h>
@@ -35,7 +34,7 @@ std::string prewarm_cubin(const TempDir& dir)
     const jit::Target target =
         jit::Target::cubin(gpu().capabilities().compute_major, gpu().capabilities().compute_minor);
     const jit::CompileRequest request = module_request(kernels::source_of_entry(kEntry), kEntry, {},
-                                                       CompileGranularity::Entry, target, jit::discover_include_dirs());
+                                                       CompileGranularity::Entry, target);
     jit::DiskCache cache(dir.path(), jit::kDefaultCacheMaxBytes);
     jit::compile_or_load(request, &cache);
     return cache.path_of(jit::ImageKey::for_request(request));

@@ -187,7 +187,11 @@ class PtxCompiler:
         command = [self.executable, "--target", job.target, "--output", job.output]
         for entry in job.entries:
             command += ["--entry", entry]
-        return command + (["--headers", job.headers] if job.headers else []) + [job.source]
+        # A port (it has named headers) is compiled as the runtime compiles it,
+        # with no include directory; only the originals see the toolkit's.
+        if job.headers:
+            command += ["--headers", job.headers, "--no-include-dirs"]
+        return command + [job.source]
 
 
 def file_stem(path):

@@ -19,9 +19,9 @@
 
 #include "nbits/error.hpp"
 #include "jit/compile.hpp"
-#include "jit/include_dirs.hpp"
 #include "jit/kernel_source.hpp"
 #include "jit/target.hpp"
+#include "toolkit_include_dirs.hpp"
 
 #include <algorithm>
 #include <exception>
@@ -137,15 +137,13 @@ int run(const Arguments& arguments)
         throw UsageError("--target must be a virtual architecture (compute_XY), got " + arguments.target);
     }
     const fs::path source_path(arguments.source);
-    const nbits::jit::KernelSource source(source_path.stem().string(), read_file(source_path),
-                                          headers_under(arguments.headers_dir));
+    const nbits::jit::KernelSource source(
+        source_path.stem().string(), read_file(source_path), headers_under(arguments.headers_dir),
+        arguments.include_dirs ? nbits::test::toolkit_include_dirs() : std::vector<std::string>{});
     nbits::jit::CompileRequest request;
     request.source = &source;
     request.entries = arguments.entries;
     request.target = target;
-    if (arguments.include_dirs) {
-        request.include_dirs = nbits::jit::discover_include_dirs();
-    }
 
     const nbits::jit::CompiledImage compiled = nbits::jit::compile(request);
     if (!compiled.log.empty()) {

@@ -1058,7 +1058,6 @@ namespace {
 
 struct PlanTarget {
     Capabilities capabilities;
-    bool half_headers_available = true;
     std::string where;
 };
 
@@ -1070,13 +1069,13 @@ PlanTarget plan_target(const BenchOptions& options)
             RuntimeOptions runtime_options;
             runtime_options.device = options.device;
             const CudaRuntime runtime(runtime_options);
-            return {runtime.capabilities(), !runtime.internals().include_dirs().empty(), "this GPU"};
+            return {runtime.capabilities(), "this GPU"};
         } catch (const Error& error) {
             why = error.what();
         }
     }
     std::cerr << "nbits-bench: no usable CUDA GPU, planning for an H200: " << why << "\n";
-    return {Capabilities::h200(), true, "an assumed H200"};
+    return {Capabilities::h200(), "an assumed H200"};
 }
 
 }  // namespace
@@ -1087,7 +1086,6 @@ std::string render_plans(const BenchOptions& options, int& failed)
     ops::PlanContext context;
     context.capabilities = target.capabilities;
     context.overrides = ops::PlanOverrides::from_environment();
-    context.half_headers_available = target.half_headers_available;
     const Capabilities& c = target.capabilities;
     const std::string device = fmt::format("{} ({}, sm_{}, {} SMs)", c.name, target.where, c.sm(),
                                            c.multiprocessor_count);

@@ -82,7 +82,6 @@ struct PlanOptions {
     KernelPolicy policy = KernelPolicy::Original;
     std::optional<std::string> down_columns;
     std::optional<std::string> accuracy4_warps;
-    bool no_half_headers = false;
 
     bool json = false;
     bool help = false;
@@ -139,7 +138,6 @@ tools::CommandLine command_line(PlanOptions& o)
                [&](const std::string& value) { o.down_columns = value; });
     cli.option("acc4-warps", "1|2|4|8", "as NBITS_ACC4_WARPS (default: the environment's)",
                [&](const std::string& value) { o.accuracy4_warps = value; });
-    cli.flag("no-half-headers", "plan as if NVRTC had no cuda_fp16.h", &o.no_half_headers);
     cli.section("Output");
     cli.flag("json", "JSON instead of text", &o.json);
     cli.flag("help", "this text", &o.help);
@@ -209,7 +207,6 @@ std::string plan_text(const PlanOptions& o)
     if (forced.accuracy4_warps) {
         context.overrides.accuracy4_warps = forced.accuracy4_warps;
     }
-    context.half_headers_available = !o.no_half_headers;
     context.read_g_idx = [&config](const TensorDesc& g_idx) {
         std::vector<std::int32_t> groups(g_idx.numel());
         for (std::size_t i = 0; i < groups.size(); ++i) {

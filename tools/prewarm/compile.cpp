@@ -7,7 +7,6 @@
 #include "command_line.hpp"
 #include "cuda/driver.hpp"
 #include "jit/cache_text.hpp"
-#include "jit/include_dirs.hpp"
 #include "json_writer.hpp"
 #include "kernels.hpp"
 #include "nbits/error.hpp"
@@ -201,17 +200,6 @@ struct JobResult {
     std::string error;
 };
 
-// The include directories a runtime in this environment compiles with: they
-// are part of every image key.
-std::vector<std::string> runtime_include_dirs()
-{
-    std::vector<std::string> dirs = jit::discover_include_dirs();
-    if (dirs.empty()) {
-        throw Error(ErrorKind::MissingHeaders, jit::missing_half_headers_message("nbits-prewarm"));
-    }
-    return dirs;
-}
-
 // "[ 12/124] compiled sm_90 gemv_f16:matmul_nbits_gemv_f16 (1.3 s)" on one
 // line of a terminal, rewritten in place; silent when stderr is not a
 // terminal (logs get the summary only). Messages always print, on a line of
@@ -268,7 +256,7 @@ constexpr auto kClaimPoll = std::chrono::milliseconds(20);
 // looks up. An image another process has claimed is set aside and taken up
 // again after the unclaimed ones: by then it is usually stored, and loads.
 std::vector<JobResult> run_jobs(const std::vector<CompileJob>& jobs, CompileGranularity granularity,
-                                const std::vector<std::string>& include_dirs, jit::DiskCache& cache, int threads,
+                                jit::DiskCache& cache, int threads,
                                 const std::function<void(std::size_t index, const JobResult&)>& on_done)
 {
     std::vector<JobResult> results(jobs.size());
@@ -283,7 +271,7 @@ std::vector<JobResult> run_jobs(const std::vector<CompileJob>& jobs, CompileGran
         const CompileJob& job = jobs[index];
         JobResult& result = results[index];
         const jit::CompileRequest request =
-            module_request(*job.source, job.entry, job.defines, granularity, job.target, include_dirs);
+            module_request(*job.source, job.entry, job.defines, granularity, job.target);
         const jit::ImageKey key = jit::ImageKey::for_request(request);
         auto finish = [&](Outcome outcome) {
             result.outcome = outcome;
@@ -818,12 +806,11 @@ ActionOutput prewarm_images(const PrewarmOptions& options, jit::DiskCache* cache
                                 "another directory with --cache-dir",
                                 cache->directory(), std::strerror(errno)));
     }
-    const std::vector<std::string> include_dirs = runtime_include_dirs();
 
     const std::vector<CompileJob>& jobs = run.plan.jobs;
     ProgressLine progress(jobs.size());
     const auto start = std::chrono::steady_clock::now();
-    run.results = run_jobs(jobs, run.granularity, include_dirs, *cache, run.threads,
+    run.results = run_jobs(jobs, run.granularity, *cache, run.threads,
                            [&](std::size_t index, const JobResult& result) {
                                const CompileJob& job = jobs[index];
                                if (result.outcome == Outcome::Failed) {

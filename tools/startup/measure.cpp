@@ -5,7 +5,6 @@
 
 #include "jit/compile.hpp"
 #include "jit/disk_cache.hpp"
-#include "jit/include_dirs.hpp"
 #include "kernels.hpp"
 #include "nbits/error.hpp"
 #include "nbits/runtime.hpp"
@@ -113,11 +112,9 @@ double prewarm(const std::string& directory, const jit::Target& target)
 {
     const auto start = std::chrono::steady_clock::now();
     jit::DiskCache cache(directory, jit::kDefaultCacheMaxBytes);
-    const std::vector<std::string> include_dirs = jit::discover_include_dirs();
     for (std::string_view entry : kDecodeStepEntries) {
         jit::compile_or_load(
-            module_request(kernels::source_of_entry(entry), entry, {}, CompileGranularity::Entry, target, include_dirs),
-            &cache);
+            module_request(kernels::source_of_entry(entry), entry, {}, CompileGranularity::Entry, target), &cache);
     }
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -157,10 +154,6 @@ void run_mode(ModeResult& mode, const std::string& cache_dir, CompileGranularity
 
 CompileMeasurement measure_compiles(const StartupOptions& options)
 {
-    const std::vector<std::string> include_dirs = jit::discover_include_dirs();
-    if (include_dirs.empty()) {
-        throw Error(ErrorKind::MissingHeaders, jit::missing_half_headers_message("nbits-startup --compile-only"));
-    }
     CompileMeasurement measurement;
     measurement.repeats = options.repeats;
     measurement.hardware_threads = std::thread::hardware_concurrency();
@@ -178,7 +171,7 @@ CompileMeasurement measure_compiles(const StartupOptions& options)
 
     const jit::KernelSource tiny("nvrtc_first_use", "extern \"C\" __global__ void nvrtc_first_use() {}\n");
     measurement.nvrtc_first_use_s =
-        timed_compile(module_request(tiny, "", {}, CompileGranularity::Source, jit::Target::ptx(8, 0), {})).wall;
+        timed_compile(module_request(tiny, "", {}, CompileGranularity::Source, jit::Target::ptx(8, 0))).wall;
 
     // What a runtime on an H200 compiles cold (PTX), and what nbits-prewarm compiles for it (CUBIN).
     for (const jit::Target& target : {jit::Target::ptx(9, 0), jit::Target::cubin(9, 0)}) {
@@ -189,7 +182,7 @@ CompileMeasurement measure_compiles(const StartupOptions& options)
             Timed entries_total;
             for (std::string_view entry : kDecodeStepEntries) {
                 const Timed timed = timed_compile(module_request(kernels::source_of_entry(entry), entry, {},
-                                                                 CompileGranularity::Entry, target, include_dirs));
+                                                                 CompileGranularity::Entry, target));
                 entries_total += timed;
                 if (entry == kDecodeStepEntries[0]) {
                     timed.add_to(times.first_entry);
@@ -200,7 +193,7 @@ CompileMeasurement measure_compiles(const StartupOptions& options)
             Timed sources_total;
             for (const jit::KernelSource* source : step_sources) {
                 const Timed timed =
-                    timed_compile(module_request(*source, "", {}, CompileGranularity::Source, target, include_dirs));
+                    timed_compile(module_request(*source, "", {}, CompileGranularity::Source, target));
                 sources_total += timed;
                 if (source == &first_source) {
                     timed.add_to(times.first_source);

@@ -117,7 +117,6 @@ struct CompileMeasurement {
     std::vector<TargetCompileTimes> targets;
 };
 
-// Throws Error(MissingHeaders) when NVRTC lacks cuda_fp16.h.
 CompileMeasurement measure_compiles(const StartupOptions& options);
 
 struct ModeResult {
