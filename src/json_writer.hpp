@@ -15,6 +15,41 @@
 
 namespace nbits {
 
+// The length and code point of the UTF-8 sequence at `at`; length 0 when
+// the bytes there are not one (overlong, surrogate, beyond U+10FFFF, cut).
+// The one decoder behind the JSON writer and the cache's printable text.
+inline std::size_t utf8_sequence(std::string_view text, std::size_t at, std::uint32_t& code)
+{
+    const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+    const unsigned char lead = byte(at);
+    std::size_t length = 0;
+    if (lead < 0x80) {
+        code = lead;
+        return 1;
+    }
+    if (lead >= 0xc2 && lead <= 0xdf) {
+        length = 2, code = lead & 0x1fu;
+    } else if (lead >= 0xe0 && lead <= 0xef) {
+        length = 3, code = lead & 0x0fu;
+    } else if (lead >= 0xf0 && lead <= 0xf4) {
+        length = 4, code = lead & 0x07u;
+    } else {
+        return 0;
+    }
+    if (at + length > text.size()) {
+        return 0;
+    }
+    for (std::size_t i = 1; i < length; ++i) {
+        if ((byte(at + i) & 0xc0u) != 0x80u) {
+            return 0;
+        }
+        code = (code << 6) | (byte(at + i) & 0x3fu);
+    }
+    const bool overlong = (length == 3 && code < 0x800) || (length == 4 && code < 0x10000);
+    const bool surrogate = code >= 0xd800 && code <= 0xdfff;
+    return overlong || surrogate || code > 0x10ffff ? 0 : length;
+}
+
 class JsonWriter {
 public:
     JsonWriter& begin_object() { return open('{'); }
@@ -111,36 +146,6 @@ private:
 
     void newline() { text_ += '\n' + std::string(2 * first_.size(), ' '); }
 
-    // The length of the UTF-8 sequence starting at `at`, or 0 when it is not one.
-    static std::size_t utf8_sequence(std::string_view text, std::size_t at)
-    {
-        const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
-        const unsigned char lead = byte(at);
-        std::size_t length = 0;
-        std::uint32_t code = 0;
-        if (lead >= 0xc2 && lead <= 0xdf) {
-            length = 2, code = lead & 0x1fu;
-        } else if (lead >= 0xe0 && lead <= 0xef) {
-            length = 3, code = lead & 0x0fu;
-        } else if (lead >= 0xf0 && lead <= 0xf4) {
-            length = 4, code = lead & 0x07u;
-        } else {
-            return 0;
-        }
-        if (at + length > text.size()) {
-            return 0;
-        }
-        for (std::size_t i = 1; i < length; ++i) {
-            if ((byte(at + i) & 0xc0u) != 0x80u) {
-                return 0;
-            }
-            code = (code << 6) | (byte(at + i) & 0x3fu);
-        }
-        const bool overlong = (length == 3 && code < 0x800) || (length == 4 && code < 0x10000);
-        const bool surrogate = code >= 0xd800 && code <= 0xdfff;
-        return overlong || surrogate || code > 0x10ffff ? 0 : length;
-    }
-
     static std::string quoted(std::string_view text)
     {
         std::string out = "\"";
@@ -159,7 +164,7 @@ private:
                         out += escaped;
                     } else if (static_cast<unsigned char>(c) < 0x80) {
                         out += c;
-                    } else if (const std::size_t length = utf8_sequence(text, at)) {
+                    } else if (std::uint32_t code = 0; const std::size_t length = utf8_sequence(text, at, code)) {
                         out.append(text.substr(at, length));
                         at += length - 1;
                     } else {

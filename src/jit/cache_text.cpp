@@ -1,45 +1,13 @@
 #include "jit/cache_text.hpp"
 
+#include "json_writer.hpp"
+
 #include <fmt/format.h>
 
 #include <cstdint>
 
 namespace nbits::jit {
 namespace {
-
-// The length and code point of the UTF-8 sequence at `at`; length 0 when
-// the bytes there are not one (overlong, surrogate, beyond U+10FFFF, cut).
-std::size_t utf8_sequence(std::string_view text, std::size_t at, std::uint32_t& code)
-{
-    const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
-    const unsigned char lead = byte(at);
-    std::size_t length = 0;
-    if (lead < 0x80) {
-        code = lead;
-        return 1;
-    }
-    if (lead >= 0xc2 && lead <= 0xdf) {
-        length = 2, code = lead & 0x1fu;
-    } else if (lead >= 0xe0 && lead <= 0xef) {
-        length = 3, code = lead & 0x0fu;
-    } else if (lead >= 0xf0 && lead <= 0xf4) {
-        length = 4, code = lead & 0x07u;
-    } else {
-        return 0;
-    }
-    if (at + length > text.size()) {
-        return 0;
-    }
-    for (std::size_t i = 1; i < length; ++i) {
-        if ((byte(at + i) & 0xc0u) != 0x80u) {
-            return 0;
-        }
-        code = (code << 6) | (byte(at + i) & 0x3fu);
-    }
-    const bool overlong = (length == 3 && code < 0x800) || (length == 4 && code < 0x10000);
-    const bool surrogate = code >= 0xd800 && code <= 0xdfff;
-    return overlong || surrogate || code > 0x10ffff ? 0 : length;
-}
 
 bool shown_escaped(std::uint32_t code)
 {

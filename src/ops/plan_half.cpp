@@ -242,24 +242,6 @@ void add_f16_gemm(LaunchPlan& plan, const PlanRequest& request, const HalfOperan
         .add_to(plan, request);
 }
 
-// M > 1: one warp RMS-normalizes each row of `activation` into `normalized`.
-void add_rmsnorm_prefill(LaunchPlan& plan, const PlanRequest& request, BufferRef activation, const RmsNormGamma& gamma,
-                         BufferRef normalized, std::size_t m)
-{
-    const MatMulNBitsConfig& config = request.config;
-    StepBuilder("matmul_nbits_rmsnorm_f16_warp_half4", "MatMulNBits fp16 RMS-norm prefill prologue")
-        .arg("activation", activation)
-        .arg("gamma", gamma.tensor)
-        .arg("normalized", normalized)
-        .size_arg("norm_size", config.k, "K")
-        .size_arg("num_groups", m, "M")
-        .flag("gamma_is_half", gamma.is_half())
-        .arg("epsilon", config.rmsnorm_epsilon)
-        .grid(grid_extent(m, 1, kMaxGridX, "M"))
-        .block(kRmsNormPrefillThreads)
-        .add_to(plan, request);
-}
-
 // y = fp16(silu(a) * b) over n elements.
 void add_silu_mul(LaunchPlan& plan, const PlanRequest& request, BufferRef a, BufferRef b, BufferRef y, std::size_t n)
 {
@@ -280,6 +262,28 @@ RmsNormGamma gamma_at(const PlanRequest& request, int slot)
     return {BufferRef::input(slot), request.inputs[static_cast<std::size_t>(slot)].dtype};
 }
 
+// M > 1: one warp RMS-normalizes each row of the activation (input 0) with
+// the gamma of input `gamma_slot` into a scratch buffer, which it returns.
+BufferRef add_rmsnorm_prefill(LaunchPlan& plan, const PlanRequest& request, int gamma_slot, std::size_t m)
+{
+    const MatMulNBitsConfig& config = request.config;
+    const BufferRef normalized = BufferRef::scratch(add_scratch(
+        plan, request, checked_product(m, config.k * 2, "the normalized activation"), "the RMS-normalized activation"));
+    const RmsNormGamma gamma = gamma_at(request, gamma_slot);
+    StepBuilder("matmul_nbits_rmsnorm_f16_warp_half4", "MatMulNBits fp16 RMS-norm prefill prologue")
+        .arg("activation", BufferRef::input(0))
+        .arg("gamma", gamma.tensor)
+        .arg("normalized", normalized)
+        .size_arg("norm_size", config.k, "K")
+        .size_arg("num_groups", m, "M")
+        .flag("gamma_is_half", gamma.is_half())
+        .arg("epsilon", config.rmsnorm_epsilon)
+        .grid(grid_extent(m, 1, kMaxGridX, "M"))
+        .block(kRmsNormPrefillThreads)
+        .add_to(plan, request);
+    return normalized;
+}
+
 // M > 1: the tiled GEMM, behind a per-row RMS norm into scratch when fused.
 LaunchPlan plan_f16_prefill(const PlanRequest& request, HalfOperands operands, std::size_t m,
                             std::size_t bias_row_stride)
@@ -292,11 +296,7 @@ LaunchPlan plan_f16_prefill(const PlanRequest& request, HalfOperands operands, s
                                "into a per-token scratch, then portable 16x16 tiled GEMM with fp32 accumulation",
                                m);
         });
-        const int normalized = add_scratch(plan, request, checked_product(m, config.k * 2, "the normalized activation"),
-                                           "the RMS-normalized activation");
-        add_rmsnorm_prefill(plan, request, BufferRef::input(0), gamma_at(request, kGammaSlot),
-                            BufferRef::scratch(normalized), m);
-        operands.activation = BufferRef::scratch(normalized);
+        operands.activation = add_rmsnorm_prefill(plan, request, kGammaSlot, m);
         add_f16_gemm(plan, request, operands, m, bias_row_stride);
         return plan;
     }
@@ -633,11 +633,7 @@ LaunchPlan plan_gate_up_swiglu(const PlanRequest& request)
                                "int4 fp16 tiled GEMMs with fp32 accumulation, followed by fp16 SiluMul",
                                m);
         });
-        const int normalized = add_scratch(plan, request, checked_product(m, config.k * 2, "the normalized activation"),
-                                           "the RMS-normalized activation");
-        add_rmsnorm_prefill(plan, request, BufferRef::input(0), gamma_at(request, kGateUpGammaSlot),
-                            BufferRef::scratch(normalized), m);
-        add_gate_up_prefill(plan, request, tensors, BufferRef::scratch(normalized), m);
+        add_gate_up_prefill(plan, request, tensors, add_rmsnorm_prefill(plan, request, kGateUpGammaSlot, m), m);
     } else if (m > 1) {
         set_variant(plan, "gate_up_swiglu_prefill", [m] {
             return fmt::format("M={} prefill: two portable block-32 int4 fp16 tiled GEMMs with fp32 accumulation, "
