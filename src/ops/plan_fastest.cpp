@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 namespace nbits::ops::detail {
@@ -527,6 +528,15 @@ bool original_down_projection_is_faster(const FastestRequest& fastest)
 
 bool plan_fastest(LaunchPlan& plan, const FastestRequest& fastest)
 {
+    // nbits' kernels and its cuBLASLt GEMMs take M as a 32-bit int. Beyond it
+    // the original's paths refuse the node, with the same message under both
+    // policies; bf16, which has no original path, is refused here.
+    if (fastest.m > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+        if (fastest.operands.activation_type == DataType::BFloat16) {
+            as_i32("M", fastest.m);
+        }
+        return false;
+    }
     if (original_down_projection_is_faster(fastest)) {
         return false;
     }

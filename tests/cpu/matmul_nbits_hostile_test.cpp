@@ -93,6 +93,29 @@ TEST_CASE("the f32 dequantize + cuBLASLt path bounds M to the kernels' 32-bit ra
     CHECK(contains(error_message(p), "M=1099511627776 exceeds the 32-bit int range"));
 }
 
+TEST_CASE("an M beyond the 32-bit range is refused under both kernel policies, with the same message")
+{
+    // Found by the planner fuzzer: Fastest planned dequantize + cuBLASLt with M = 2^49.
+    for (const int bits : {4, 8}) {
+        for (const DataType activation : {DataType::Float16, DataType::Float32}) {
+            CAPTURE(bits);
+            test::Shapes shapes = f16(std::size_t{1} << 49);
+            shapes.activation = activation;
+            test::Problem p = problem(node(896, 1152, bits), shapes);
+            const std::string original = error_message(p);
+            CHECK(contains(original, "M=562949953421312 exceeds the 32-bit int range"));
+            p.context.policy = KernelPolicy::Fastest;
+            CHECK(error_message(p) == original);
+            CHECK(error_kind(p) == ErrorKind::Unsupported);
+        }
+    }
+    test::Shapes bf16 = f16(std::size_t{1} << 49);
+    bf16.activation = DataType::BFloat16;
+    test::Problem p = problem(node(896, 1152), bf16);
+    p.context.policy = KernelPolicy::Fastest;
+    CHECK(contains(error_message(p), "M=562949953421312 exceeds the 32-bit int range"));
+}
+
 TEST_CASE("element counts that overflow 64 bits are never mistaken for small or contiguous tensors")
 {
     const std::size_t huge = std::size_t{1} << 62;
