@@ -302,6 +302,16 @@ LaunchPlan plan_f32(const PlanRequest& request)
     const MatMulNBitsConfig& config = request.config;
     const std::vector<TensorDesc>& inputs = request.inputs;
     require_dtype("A", inputs[0].dtype, DataType::Float32);
+    // The fusions' kernels are half-precision only. A Float32 node marked with one would otherwise run as a plain
+    // MatMulNBits, leaving gamma (or W_up) unread and Y silently wrong.
+    if (config.rmsnorm_prologue || config.gate_up_swiglu) {
+        fail_unsupported(fmt::format(
+            "the {} fusion has no kernel for Float32 activations: Y would be computed without {}. How to fix: pass "
+            "Float16 (or, under KernelPolicy::Fastest, BFloat16) activations, or run {} as its own node",
+            config.gate_up_swiglu ? "gate/up SwiGLU" : "rmsnorm_prologue",
+            config.gate_up_swiglu ? "the up projection and SwiGLU" : "the normalization weight at input 6",
+            config.gate_up_swiglu ? "the gate and up MatMulNBits and the SiLU-multiply" : "SimplifiedLayerNormalization"));
+    }
     require_dtype("B", inputs[1].dtype, DataType::Uint8);
     require_dtype("scales", inputs[2].dtype, DataType::Float32);
     require_dtype("Y", request.output().dtype, DataType::Float32);

@@ -29,6 +29,11 @@ constexpr std::size_t kGateBudget = 16 * kMiB;
 // Columns of a dequantised weight chunk are a multiple of this (cuBLASLt tiles).
 constexpr std::size_t kChunkColumns = 64;
 constexpr std::size_t kFusedMaxM = 128;
+// The most launches one prefill plan holds. Realistic prompts stay far below
+// (a 70B gate/up node with its RMS-norm, M = 32768, takes about 6,000); a
+// node beyond it would spend more host time and memory on the plan than the
+// launches are worth, so the original's single-launch path takes it.
+constexpr std::size_t kMaxPrefillSteps = std::size_t{1} << 16;
 constexpr std::size_t kDecodeMaxM = 16;
 constexpr std::uint32_t kElementwiseThreads = 256;
 constexpr std::uint32_t kDequantizeThreads = 256;
@@ -370,6 +375,21 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
             chunk_columns = std::min(chunk_columns, whole_tiles(kGateBudget / (rows_per_pass * element)));
         }
         chunk_columns = std::min(chunk_columns, div_ceil(config.n, kChunkColumns) * kChunkColumns);
+    }
+
+    // Launches per pass: the RMS-norm, then the fused GEMM or, per chunk, dequantise + GEMM (+ bias rows), and
+    // for the paired node dequantise + GEMM twice + SwiGLU.
+    const std::size_t passes = div_ceil(m, rows_per_pass);
+    const std::size_t per_pass =
+        (normalized ? 1 : 0) + (fused ? 1 : div_ceil(config.n, chunk_columns) * (paired ? 5 : 3));
+    if (passes > kMaxPrefillSteps / per_pass) {
+        if (fastest.operands.activation_type == DataType::BFloat16) {
+            fail_unsupported(fmt::format(
+                "M={} rows of this BFloat16 prefill node would take {} passes of {} launches, beyond the {} "
+                "launches one plan holds. How to fix: run the rows in batches of at most {}",
+                m, passes, per_pass, kMaxPrefillSteps, (kMaxPrefillSteps / per_pass) * rows_per_pass));
+        }
+        return false;  // the original's path takes the node
     }
 
     LaunchPlan candidate;

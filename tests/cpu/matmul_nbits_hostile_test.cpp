@@ -116,6 +116,69 @@ TEST_CASE("an M beyond the 32-bit range is refused under both kernel policies, w
     CHECK(contains(error_message(p), "M=562949953421312 exceeds the 32-bit int range"));
 }
 
+TEST_CASE("a prefill too long for one plan's launches is refused or left to the original, never planned for hours")
+{
+    // Found by the planner fuzzer: a normalized gate/up node with K = 14336 and M near 2^31 was being planned as
+    // millions of passes of dequantize + cuBLASLt launches.
+    const NodeAttributes attributes =
+        test::marked(test::marked(node(14336, 4096), kGateUpSwigluAttr), kRmsNormPrologueAttr);
+    const auto shapes = [](std::size_t m, DataType activation) {
+        test::Shapes s = f16(m);
+        s.activation = activation;
+        s.gamma = activation;
+        return s;
+    };
+    test::Problem bf16 = problem(attributes, shapes(std::size_t{1} << 30, DataType::BFloat16));
+    bf16.context.policy = KernelPolicy::Fastest;
+    CHECK(contains(error_message(bf16), "beyond the 65536 launches one plan holds. How to fix: run the rows in "
+                                        "batches of at most"));
+    CHECK(error_kind(bf16) == ErrorKind::Unsupported);
+
+    // fp16 goes to the original's path, which refuses this M with its own message under both policies.
+    test::Problem f16_node = problem(attributes, shapes(std::size_t{1} << 30, DataType::Float16));
+    const std::string original = error_message(f16_node);
+    f16_node.context.policy = KernelPolicy::Fastest;
+    CHECK(error_message(f16_node) == original);
+
+    // A long prompt still plans nbits' kernels, in far fewer launches than the bound.
+    test::Problem prompt = problem(attributes, shapes(32768, DataType::BFloat16));
+    prompt.context.policy = KernelPolicy::Fastest;
+    const LaunchPlan plan = prompt.plan();
+    CHECK(plan.variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(plan.steps.size() > 64);
+    CHECK(plan.steps.size() < 65536);
+}
+
+TEST_CASE("a Float32 node marked with a half-precision fusion is refused, not run without it")
+{
+    // Found by the planner fuzzer: an fp32 node with rmsnorm_prologue planned dequantize + cuBLASLt and left gamma
+    // unread (the original ignores the marker on fp32 and returns the un-normalized product).
+    test::Shapes shapes = f16(300);
+    shapes.activation = DataType::Float32;
+    shapes.gamma = DataType::Float32;
+    for (const KernelPolicy policy : {KernelPolicy::Original, KernelPolicy::Fastest}) {
+        for (const std::size_t m : {std::size_t{1}, std::size_t{300}}) {
+            CAPTURE(m);
+            shapes.m = m;
+            test::Problem norm = problem(test::marked(node(18944, 3584), kRmsNormPrologueAttr), shapes);
+            norm.context.policy = policy;
+            CHECK(error_message(norm) ==
+                  test::prefixed("the rmsnorm_prologue fusion has no kernel for Float32 activations: Y would be "
+                                 "computed without the normalization weight at input 6. How to fix: pass Float16 "
+                                 "(or, under KernelPolicy::Fastest, BFloat16) activations, or run "
+                                 "SimplifiedLayerNormalization as its own node"));
+            CHECK(error_kind(norm) == ErrorKind::Unsupported);
+        }
+    }
+    test::Shapes paired = f16(4);
+    paired.activation = DataType::Float32;
+    const test::Problem gate_up = problem(test::marked(node(896, 4864), kGateUpSwigluAttr), paired);
+    CHECK(contains(error_message(gate_up), "the gate/up SwiGLU fusion has no kernel for Float32 activations"));
+    // Without the marker the same tensors plan.
+    shapes.gamma.reset();
+    CHECK_FALSE(problem(node(18944, 3584), shapes).plan().steps.empty());
+}
+
 TEST_CASE("element counts that overflow 64 bits are never mistaken for small or contiguous tensors")
 {
     const std::size_t huge = std::size_t{1} << 62;
