@@ -392,17 +392,32 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
         return false;  // the original's path takes the node
     }
 
+    // A K so large that one row or one chunk outgrows the budget: the original's path takes the node. Each size is
+    // bounded by the budget before the next factor multiplies it.
+    const std::size_t norm_bytes = normalized ? rows_per_pass * a_row_bytes : 0;
+    std::size_t weight_bytes = 0;
+    std::size_t gate_bytes = 0;
+    if (!fused) {
+        if (chunk_columns > kWorkspaceBudget / a_row_bytes) {
+            return false;
+        }
+        weight_bytes = chunk_columns * a_row_bytes;
+        gate_bytes = paired ? rows_per_pass * chunk_columns * element : 0;
+    }
+    if (norm_bytes > kWorkspaceBudget || gate_bytes > kWorkspaceBudget ||
+        norm_bytes + weight_bytes + gate_bytes + (fused ? 0 : kGemmWorkspaceBytes) > kWorkspaceBudget) {
+        return false;
+    }
+
     LaunchPlan candidate;
-    const int norm_scratch =
-        normalized ? add_scratch(candidate, fastest.request, rows_per_pass * a_row_bytes, "the normalized rows") : -1;
+    const int norm_scratch = normalized ? add_scratch(candidate, fastest.request, norm_bytes, "the normalized rows") : -1;
     int weights = -1;
     int gate = -1;
     int workspace = -1;
     if (!fused) {
-        weights = add_scratch(candidate, fastest.request, checked_product(chunk_columns, a_row_bytes, "a weight chunk"),
-                              "a dequantized weight chunk");
+        weights = add_scratch(candidate, fastest.request, weight_bytes, "a dequantized weight chunk");
         if (paired) {
-            gate = add_scratch(candidate, fastest.request, rows_per_pass * chunk_columns * element, "the gate chunk");
+            gate = add_scratch(candidate, fastest.request, gate_bytes, "the gate chunk");
         }
         workspace = add_scratch(candidate, fastest.request, kGemmWorkspaceBytes, "the cuBLASLt workspace");
     }
@@ -420,9 +435,6 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
         } else {
             add_dequantized_gemms(candidate, fastest, activation, row, rows, weights, gate, chunk_columns, workspace);
         }
-    }
-    if (candidate.workspace_bytes() > kWorkspaceBudget) {
-        return false;  // a K so large that no chunk fits: the original's path takes the node
     }
     const char* kind = paired ? "paired gate/up SwiGLU" : "MatMulNBits";
     set_variant(candidate, fused ? "nbits_prefill_fused" : "nbits_prefill_dequantize_cublaslt",

@@ -149,6 +149,20 @@ TEST_CASE("a prefill too long for one plan's launches is refused or left to the 
     CHECK(plan.steps.size() < 65536);
 }
 
+TEST_CASE("a K whose weight chunk outgrows Fastest's scratch budget leaves the node to the original's path")
+{
+    // Found by the planner fuzzer: at K = 2^30 one 64-column chunk is 128 GiB, and Fastest refused a node the
+    // original plans (device memory exceeded) instead of handing it over.
+    const std::size_t k = std::size_t{1} << 30;
+    for (const NodeAttributes& attributes : {node(k, 256), test::marked(node(k, 256), kGateUpSwigluAttr)}) {
+        test::Problem p = problem(attributes, f16(300));
+        p.context.capabilities.total_memory_bytes = std::uint64_t{12} << 30;
+        const std::string original = p.plan().variant;
+        p.context.policy = KernelPolicy::Fastest;
+        CHECK(p.plan().variant == original);
+    }
+}
+
 TEST_CASE("a Float32 node marked with a half-precision fusion is refused, not run without it")
 {
     // Found by the planner fuzzer: an fp32 node with rmsnorm_prologue planned dequantize + cuBLASLt and left gamma
