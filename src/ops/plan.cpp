@@ -307,6 +307,11 @@ void StepBuilder::add_to(LaunchPlan& plan, const PlanRequest& request)
             "KernelPolicy::Fastest, or a model whose hidden size fits",
             step_.what, config.dynamic_shared_bytes, device.name, device.max_shared_memory_per_block_optin));
     }
+    // Every GPU nbits targets gives a block 48 KiB without opting in, which the original's fixed-size kernels rely
+    // on; a device that reports less gets the opt-in the launch then needs.
+    if (config.dynamic_shared_bytes > device.max_shared_memory_per_block) {
+        step_.configure_shared_memory = true;
+    }
     step_.args = values_;
     const bool gate_up = request.gate_up_slots();
     for (std::size_t i = 0; i < step_.args.size(); ++i) {

@@ -235,6 +235,36 @@ TEST_CASE("dynamic shared memory beyond the device's opt-in limit is refused whe
     CHECK(problem(test::marked(node(49152, 64), kRmsNormPrologueAttr), shapes).plan().steps.size() == 1);
 }
 
+TEST_CASE("dynamic shared memory above a device's reported default budget is opted into")
+{
+    // Found by the planner fuzzer: the accuracy-4 GEMV's few KiB of dynamic shared memory were launched without the
+    // opt-in on a device that reports a 1 KiB default per block. On a real GPU (48 KiB) the original's launch stays.
+    test::Shapes shapes = f16();
+    shapes.activation = DataType::Float32;
+    NodeAttributes attributes = node(896, 4864);
+    attributes.set("accuracy_level", std::int64_t{4});
+    test::Problem p = problem(attributes, shapes);
+    const auto opted_in = [](const LaunchPlan& plan) {
+        std::size_t with_shared = 0;
+        std::size_t opted = 0;
+        for (const PlanStep& step : plan.steps) {
+            const KernelStep* kernel = std::get_if<KernelStep>(&step);
+            if (kernel != nullptr && kernel->config.dynamic_shared_bytes > 1024) {
+                ++with_shared;
+                opted += kernel->configure_shared_memory ? 1 : 0;
+            }
+        }
+        return std::pair{with_shared, opted};
+    };
+    const auto [h200_shared, h200_opted] = opted_in(p.plan());
+    CHECK(h200_shared >= 1);
+    CHECK(h200_opted == 0);
+    p.context.capabilities.max_shared_memory_per_block = 1024;
+    const auto [small_shared, small_opted] = opted_in(p.plan());
+    CHECK(small_shared == h200_shared);
+    CHECK(small_opted == small_shared);
+}
+
 TEST_CASE("scratch that cannot exist is refused with what it needs and what the device has")
 {
     test::Shapes shapes = f16(2'147'483'647);
