@@ -545,12 +545,15 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
 // The original's down-projection GEMVs (fp16, K > N, block 32, fp16 scales,
 // symmetric) stage A in shared memory and measured faster than the decode
 // kernel on the H200 on that class (Llama-3-8B down 17.7 against 19.9 us,
-// Qwen2.5-0.5B down 3.9 against 6.9 us): Fastest keeps them there.
+// Qwen2.5-0.5B down 3.9 against 6.9 us): Fastest keeps them there. They
+// are int4 only: an int8 node of that shape gets the original's plain
+// gemv_int8_f16, slower than the decode kernel (Llama-3-70B down 174.2
+// against 122.5 us).
 bool original_down_projection_is_faster(const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
     const HalfOperands& o = fastest.operands;
-    return fastest.m == 1 && o.activation_type == DataType::Float16 && fastest.gamma == nullptr &&
+    return fastest.m == 1 && config.bits == 4 && o.activation_type == DataType::Float16 && fastest.gamma == nullptr &&
            fastest.up == nullptr &&
            select_f16_gemv_variant(config.k, config.n, config.block_size, o.scales_fp16(), o.has_zero_points())
                    .variant == F16GemvVariant::DownProjection;

@@ -232,3 +232,18 @@ TEST_CASE("Fastest decode of fp32 activations runs on CUDA cores; accuracy level
     CHECK(test::kernel_step(f32, 0).config.grid == Dim3{256, 1, 1});
     CHECK(fastest(node(4096, 4096, 4, 32, 4), rows(1, DataType::Float32)).plan().variant == "gemv_accuracy4_int8");
 }
+
+TEST_CASE("Fastest keeps the original's int4 down-projection GEMV at M = 1 and gives int8 ones the decode kernel")
+{
+    // Llama-3-70B down: int4 block 32 symmetric fp16 is the original's staged down-projection kernel (measured
+    // faster); int8 of the same shape would get the original's plain gemv_int8_f16, slower than the decode kernel.
+    const LaunchPlan int4 = fastest(node(28672, 8192), rows(1)).plan();
+    CHECK(int4.variant == test::problem(node(28672, 8192), rows(1)).plan().variant);
+    CHECK(entries(int4) != std::vector<std::string>{"nbits_decode_matmul"});
+    const LaunchPlan int8 = fastest(node(28672, 8192, 8), rows(1)).plan();
+    CHECK(entries(int8) == std::vector<std::string>{"nbits_decode_matmul"});
+    CHECK(entries(test::problem(node(28672, 8192, 8), rows(1)).plan()) ==
+          std::vector<std::string>{"matmul_nbits_gemv_int8_f16"});
+    // From M = 2 every down projection takes the decode kernel.
+    CHECK(entries(fastest(node(28672, 8192), rows(2)).plan()) == std::vector<std::string>{"nbits_decode_matmul"});
+}
