@@ -3,8 +3,9 @@
 // GPU, reading ONNX Runtime's weight layout as handed over.
 //   M <= 16         matmul_decode.cu: one pass over the weights for all rows
 //                   (tensor cores for fp16/bf16, CUDA cores for fp32)
-//   16 < M <= 128   matmul_prefill.cu: fused dequantising tensor-core GEMM
-//   M > 128         matmul_prefill.cu: dequantise chunks of columns into scratch, then cuBLASLt
+//   16 < M <= 128   matmul_prefill.cu: fused dequantising tensor-core GEMM (past M = 64
+//                   only when its grid fills half the SMs)
+//   otherwise       matmul_prefill.cu: dequantise chunks of columns into scratch, then cuBLASLt
 // The RMS-norm prologue is fused into the decode kernel; at prefill it
 // normalises chunks of rows into scratch first. Scratch never exceeds
 // kWorkspaceBudget, whatever the shape.
@@ -347,14 +348,33 @@ void add_dequantized_gemms(LaunchPlan& plan, const FastestRequest& fastest, Buff
     }
 }
 
+// Past M = 64 the fused kernel's 128 x 128 tiles run at about 1.75 TFLOP/s
+// per CTA on the H200, so a grid that leaves most SMs idle loses to the
+// dequantise + cuBLASLt route, whose cost is one pass over the weights plus a
+// GEMM at dense speed: Qwen2.5-7B qkv (36 column tiles) took 66.4 us fused at
+// M = 128 against 29.8 us dequantised at M = 256, while Llama-3-8B up (112
+// tiles) took 77.6 us fused against an estimated 84 us dequantised.
+bool fused_grid_fills_device(const FastestRequest& fastest)
+{
+    const std::size_t sms = fastest.request.context.capabilities.multiprocessor_count;
+    if (fastest.m <= 64 || sms == 0) {
+        return true;
+    }
+    const PrefillTiles tiles = preset_for(fastest.m, fastest.request.config.k);
+    const std::size_t columns_per_cta = static_cast<std::size_t>(fastest.up != nullptr ? tiles.tile_n / 2 : tiles.tile_n);
+    const std::size_t ctas = div_ceil(fastest.request.config.n, columns_per_cta) *
+                             div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m));
+    return 2 * ctas >= sms;
+}
+
 bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
     const std::size_t m = fastest.m;
     const std::size_t element = element_size(fastest.operands.activation_type);
     const std::size_t a_row_bytes = config.k * element;
-    const bool fused = m <= kFusedMaxM;
     const bool paired = fastest.up != nullptr;
+    const bool fused = m <= kFusedMaxM && fused_grid_fills_device(fastest);
     const bool normalized = fastest.gamma != nullptr;
 
     // Rows per pass: all of them, unless a per-row scratch (the normalized rows, the gate projection) would

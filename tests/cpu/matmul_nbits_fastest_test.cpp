@@ -74,6 +74,23 @@ TEST_CASE("Fastest prefill: the fused tensor-core GEMM up to M = 128, specialise
     CHECK(m64.config.dynamic_shared_bytes == 104448);
 }
 
+TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half the SMs")
+{
+    // Qwen2.5-7B qkv: 36 column tiles of 128 leave most of the H200's 132 SMs idle.
+    CHECK(fastest(node(3584, 4608), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(fastest(node(3584, 4608), rows(65)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(fastest(node(3584, 4608), rows(64)).plan().variant == "nbits_prefill_fused");
+    // ... and fill a 46-SM part.
+    CHECK(fastest(node(3584, 4608), rows(128), Capabilities::sm89_46()).plan().variant == "nbits_prefill_fused");
+    // Llama-3-8B up: 112 tiles; the paired gate/up node has twice the CTAs of its N.
+    CHECK(fastest(node(4096, 14336), rows(128)).plan().variant == "nbits_prefill_fused");
+    CHECK(fastest(node(4096, 8192), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(fastest(test::marked(node(3584, 4608), kGateUpSwigluAttr), rows(128)).plan().variant ==
+          "nbits_prefill_fused");
+    CHECK(fastest(test::marked(node(3584, 2048), kGateUpSwigluAttr), rows(128)).plan().variant ==
+          "nbits_prefill_dequantize_cublaslt");
+}
+
 TEST_CASE("Fastest prefill beyond M = 128: dequantised column chunks through cuBLASLt, scratch within 64 MiB")
 {
     const LaunchPlan plan = fastest(node(4096, 14336), rows(2048)).plan();
