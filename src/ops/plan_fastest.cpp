@@ -33,7 +33,7 @@ constexpr std::size_t kFusedMaxM = 128;
 // The most launches one prefill plan holds. Realistic prompts stay far below
 // (a 70B gate/up node with its RMS-norm, M = 32768, takes about 6,000); a
 // node beyond it would spend more host time and memory on the plan than the
-// launches are worth, so the original's single-launch path takes it.
+// launches are worth, so the original's path (a few launches) takes it.
 constexpr std::size_t kMaxPrefillSteps = std::size_t{1} << 16;
 constexpr std::size_t kDecodeMaxM = 16;
 constexpr std::uint32_t kElementwiseThreads = 256;
