@@ -310,7 +310,8 @@ LaunchPlan plan_f32(const PlanRequest& request)
             "Float16 (or, under KernelPolicy::Fastest, BFloat16) activations, or run {} as its own node",
             config.gate_up_swiglu ? "gate/up SwiGLU" : "rmsnorm_prologue",
             config.gate_up_swiglu ? "the up projection and SwiGLU" : "the normalization weight at input 6",
-            config.gate_up_swiglu ? "the gate and up MatMulNBits and the SiLU-multiply" : "SimplifiedLayerNormalization"));
+            config.gate_up_swiglu ? "the gate and up MatMulNBits and the SiLU-multiply"
+                                  : "SimplifiedLayerNormalization"));
     }
     require_dtype("B", inputs[1].dtype, DataType::Uint8);
     require_dtype("scales", inputs[2].dtype, DataType::Float32);

@@ -361,7 +361,8 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
         return true;
     }
     const PrefillTiles tiles = preset_for(fastest.m, fastest.request.config.k);
-    const std::size_t columns_per_cta = static_cast<std::size_t>(fastest.up != nullptr ? tiles.tile_n / 2 : tiles.tile_n);
+    const std::size_t columns_per_cta =
+        static_cast<std::size_t>(fastest.up != nullptr ? tiles.tile_n / 2 : tiles.tile_n);
     const std::size_t ctas = div_ceil(fastest.request.config.n, columns_per_cta) *
                              div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m));
     return 2 * ctas >= sms;
@@ -430,7 +431,8 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
     }
 
     LaunchPlan candidate;
-    const int norm_scratch = normalized ? add_scratch(candidate, fastest.request, norm_bytes, "the normalized rows") : -1;
+    const int norm_scratch =
+        normalized ? add_scratch(candidate, fastest.request, norm_bytes, "the normalized rows") : -1;
     int weights = -1;
     int gate = -1;
     int workspace = -1;
