@@ -52,7 +52,7 @@ struct Specialisation {
     void common(StepBuilder& step) const
     {
         const MatMulNBitsConfig& config = fastest.request.config;
-        step.define("NBITS_ACT_BF16", fastest.operands.activation_type == DataType::BFloat16 ? 1 : 0)
+        step.define("NBITS_ACT_BF16", act_bf16())
             .define("NBITS_SCALE_F32", fastest.operands.scale_type == DataType::Float32 ? 1 : 0)
             .define("NBITS_BITS", static_cast<std::int64_t>(config.bits))
             .define("NBITS_BLOCK_SIZE", static_cast<std::int64_t>(config.block_size))
@@ -68,6 +68,7 @@ struct Specialisation {
         return fastest.request.config.fold_bias_post_round ? 2 : 1;
     }
     bool gamma_f32() const { return fastest.gamma != nullptr && fastest.gamma->type == DataType::Float32; }
+    int act_bf16() const { return fastest.operands.activation_type == DataType::BFloat16 ? 1 : 0; }
 };
 
 // A tile configuration of the fused prefill GEMM (matmul_prefill.cu).
@@ -169,7 +170,7 @@ void add_rmsnorm_rows(LaunchPlan& plan, const FastestRequest& fastest, BufferRef
         .arg("out", normalized)
         .size_arg("rows", rows, "M")
         .arg("epsilon", fastest.request.config.rmsnorm_epsilon)
-        .define("NBITS_ACT_BF16", fastest.operands.activation_type == DataType::BFloat16 ? 1 : 0)
+        .define("NBITS_ACT_BF16", spec.act_bf16())
         .define("NBITS_GAMMA_F32", spec.gamma_f32() ? 1 : 0)
         .define("NBITS_K", static_cast<std::int64_t>(fastest.request.config.k))
         .define("NBITS_NORM_THREADS", kNormThreads)
@@ -274,42 +275,36 @@ void add_gemm(LaunchPlan& plan, const FastestRequest& fastest, BufferRef a, int 
     plan.steps.push_back(gemm);
 }
 
-std::uint32_t elementwise_grid(std::size_t elements, const Capabilities& device)
+// An elementwise epilogue over `rows` x `columns` of Y (row pitch `ldy`): the shared tail of its parameters and a
+// grid-stride loop, a few waves of CTAs covering any size.
+void add_row_epilogue(StepBuilder& step, LaunchPlan& plan, const FastestRequest& fastest, std::size_t ldy,
+                      std::size_t rows, std::size_t columns)
 {
-    // A grid-stride loop: a few waves of CTAs cover any size.
-    const std::size_t wanted = div_ceil(elements, kElementwiseThreads);
-    return static_cast<std::uint32_t>(std::clamp<std::size_t>(wanted, 1, std::size_t{device.multiprocessor_count} * 8));
+    const std::size_t sms = std::max<std::uint32_t>(fastest.request.context.capabilities.multiprocessor_count, 1);
+    const std::size_t wanted = div_ceil(rows * columns, kElementwiseThreads);
+    step.size_arg("rows", rows, "M")
+        .size_arg("n", columns, "N")
+        .size_arg("ldy", ldy, "N")
+        .define("NBITS_ACT_BF16", Specialisation{fastest}.act_bf16())
+        .grid(static_cast<std::uint32_t>(std::clamp<std::size_t>(wanted, 1, sms * 8)))
+        .block(kElementwiseThreads)
+        .add_to(plan, fastest.request);
 }
 
 void add_bias_rows(LaunchPlan& plan, const FastestRequest& fastest, BufferRef y, std::size_t ldy, BufferRef bias,
                    std::size_t rows, std::size_t columns)
 {
-    StepBuilder("nbits_bias_rows", "nbits bias epilogue")
-        .arg("y", y)
-        .arg("bias", bias)
-        .size_arg("rows", rows, "M")
-        .size_arg("n", columns, "N")
-        .size_arg("ldy", ldy, "N")
-        .size_arg("bias_row_stride", fastest.bias_row_stride, "bias row stride")
-        .define("NBITS_ACT_BF16", fastest.operands.activation_type == DataType::BFloat16 ? 1 : 0)
-        .grid(elementwise_grid(rows * columns, fastest.request.context.capabilities))
-        .block(kElementwiseThreads)
-        .add_to(plan, fastest.request);
+    StepBuilder step("nbits_bias_rows", "nbits bias epilogue");
+    step.arg("y", y).arg("bias", bias).size_arg("bias_row_stride", fastest.bias_row_stride, "bias row stride");
+    add_row_epilogue(step, plan, fastest, ldy, rows, columns);
 }
 
 void add_silu_mul_rows(LaunchPlan& plan, const FastestRequest& fastest, BufferRef gate, BufferRef y, std::size_t ldy,
                        std::size_t rows, std::size_t columns)
 {
-    StepBuilder("nbits_silu_mul_rows", "nbits SwiGLU epilogue")
-        .arg("gate", gate)
-        .arg("y", y)
-        .size_arg("rows", rows, "M")
-        .size_arg("n", columns, "N")
-        .size_arg("ldy", ldy, "N")
-        .define("NBITS_ACT_BF16", fastest.operands.activation_type == DataType::BFloat16 ? 1 : 0)
-        .grid(elementwise_grid(rows * columns, fastest.request.context.capabilities))
-        .block(kElementwiseThreads)
-        .add_to(plan, fastest.request);
+    StepBuilder step("nbits_silu_mul_rows", "nbits SwiGLU epilogue");
+    step.arg("gate", gate).arg("y", y);
+    add_row_epilogue(step, plan, fastest, ldy, rows, columns);
 }
 
 // Large M: columns of the weights dequantised chunk by chunk into scratch,
