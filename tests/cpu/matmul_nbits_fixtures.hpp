@@ -118,6 +118,18 @@ inline std::string error_message(const Problem& p)
     return "(no error)";
 }
 
+// The kind of the error planning `p` throws; fails the test when it plans.
+inline ErrorKind error_kind(const Problem& p)
+{
+    try {
+        p.plan();
+    } catch (const Error& error) {
+        return error.kind();
+    }
+    FAIL("the plan succeeded");
+    return ErrorKind::Internal;
+}
+
 inline std::string prefixed(const std::string& message) { return "cuda_ep MatMulNBits: " + message; }
 
 inline const ops::KernelStep& kernel_step(const ops::LaunchPlan& plan, std::size_t index)

@@ -11,6 +11,7 @@
 using namespace nbits;
 using namespace nbits::ops;
 using test::desc;
+using test::error_kind;
 using test::error_message;
 using test::node;
 using test::problem;
@@ -22,17 +23,6 @@ test::Shapes f16(std::size_t m = 1)
     test::Shapes shapes;
     shapes.m = m;
     return shapes;
-}
-
-ErrorKind error_kind(const test::Problem& p)
-{
-    try {
-        p.plan();
-    } catch (const Error& error) {
-        return error.kind();
-    }
-    FAIL("the plan succeeded");
-    return ErrorKind::Internal;
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }

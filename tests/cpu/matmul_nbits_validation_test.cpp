@@ -10,6 +10,7 @@
 using namespace nbits;
 using namespace nbits::ops;
 using test::desc;
+using test::error_kind;
 using test::error_message;
 using test::node;
 using test::prefixed;
@@ -93,17 +94,6 @@ Fault non_contiguous_output()
 {
     return {[](Problem& p) { p.outputs[0] = strided(p.outputs[0]); },
             "Y must be contiguous on the CUDA execution provider"};
-}
-
-ErrorKind error_kind(const Problem& p)
-{
-    try {
-        p.plan();
-    } catch (const Error& error) {
-        return error.kind();
-    }
-    FAIL("expected an error");
-    return ErrorKind::Io;
 }
 
 NodeAttributes rms(NodeAttributes attributes) { return test::marked(std::move(attributes), kRmsNormPrologueAttr); }
