@@ -277,6 +277,26 @@ __device__ __forceinline__ u32 word_of(const uint4& v, int w)
     return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
 }
 
+// 16 bytes of a row at chunk start k0. Rows that are only 8-byte aligned
+// (int4 block 16 with an odd block count) take two loads; in the tail step
+// the second half may lie past the padded row.
+template <bool TAIL>
+__device__ __forceinline__ uint4 load_chunk(const u8* p, int k0)
+{
+    if constexpr (kRowAligned16) {
+        return ld_weights16(p);
+    } else {
+        uint4 v;
+        const uint2 lo = ld_weights8(p);
+        v.x = lo.x; v.y = lo.y; v.z = 0u; v.w = 0u;
+        if (!TAIL || k0 + kChunkCodes / 2 < kRowCodes) {
+            const uint2 hi = ld_weights8(p + 8);
+            v.z = hi.x; v.w = hi.y;
+        }
+        return v;
+    }
+}
+
 // ------------------------------------------------------------ conversions
 // (a & mask) | magic
 __device__ __forceinline__ u32 lop_and_or(u32 a, u32 mask, u32 magic)
@@ -799,26 +819,6 @@ struct TcActs {
     bool ok[kMTiles];
     const void* gamma;
 };
-
-// 16 bytes of a row at chunk start k0. Rows that are only 8-byte aligned
-// (int4 block 16 with an odd block count) take two loads; in the tail step
-// the second half may lie past the padded row.
-template <bool TAIL>
-__device__ __forceinline__ uint4 load_chunk(const u8* p, int k0)
-{
-    if constexpr (kRowAligned16) {
-        return ld_weights16(p);
-    } else {
-        uint4 v;
-        const uint2 lo = ld_weights8(p);
-        v.x = lo.x; v.y = lo.y; v.z = 0u; v.w = 0u;
-        if (!TAIL || k0 + kChunkCodes / 2 < kRowCodes) {
-            const uint2 hi = ld_weights8(p + 8);
-            v.z = hi.x; v.w = hi.y;
-        }
-        return v;
-    }
-}
 
 __device__ __forceinline__ void prefetch_l2(const void* p)
 {
@@ -1349,23 +1349,6 @@ struct F32Acts {
     const float* gamma;
 };
 
-template <bool TAIL>
-__device__ __forceinline__ uint4 load_chunk_f32(const u8* p, int k0)
-{
-    if constexpr (kRowAligned16) {
-        return ld_weights16(p);
-    } else {
-        uint4 v;
-        const uint2 lo = ld_weights8(p);
-        v.x = lo.x; v.y = lo.y; v.z = 0u; v.w = 0u;
-        if (!TAIL || k0 + kChunkCodes / 2 < kRowCodes) {
-            const uint2 hi = ld_weights8(p + 8);
-            v.z = hi.x; v.w = hi.y;
-        }
-        return v;
-    }
-}
-
 template <bool TAIL, int NSETS>
 __device__ __forceinline__ void f32_load(F32Frag<NSETS>& f, const Weights (&w)[NSETS], u32 cols_ok, int lane, int step)
 {
@@ -1379,7 +1362,7 @@ __device__ __forceinline__ void f32_load(F32Frag<NSETS>& f, const Weights (&w)[N
             const bool ok = chunk_ok && ((cols_ok >> c) & 1u);
             uint4 q = {0u, 0u, 0u, 0u};
             if (ok) {
-                q = load_chunk_f32<TAIL>(w[set].b + (long long)c * kRowBytes + step * kStepBytes, k0);
+                q = load_chunk<TAIL>(w[set].b + (long long)c * kRowBytes + step * kStepBytes, k0);
             }
             f.q[set][c] = q;
 #pragma unroll
