@@ -5,7 +5,9 @@
 //   nibble; int8: one a byte), Y [M, N] of T.
 // Decode is a pass over the weights, so the kernels are built to keep DRAM
 // busy: every weight byte is loaded once, 16 bytes a lane, with the next
-// k step's loads in flight while the current one is dequantised.
+// k step's loads in flight while the current one is dequantised (tensor
+// cores: cp.async into a shared-memory ring, so the bytes in flight hold no
+// registers; fp32: into registers).
 //
 // fp16 / bf16 (NBITS_ACT 0 / 1): tensor cores, mma.m16n8k16 with the weights
 // as the A operand (16 output columns x 16 k, row-major is ORT's K-contiguous
@@ -28,12 +30,17 @@
 // codes become floats by the 0x4B000000 magic number and are accumulated with
 // FFMA per block, then scaled.
 //
-// Launch, block 32 * NBITS_WARPS threads, no dynamic shared memory:
+// Launch, block 32 * NBITS_WARPS threads:
 //   tensor cores: grid = min(ceil(N / (16 * NBITS_TILES)), SMs * NBITS_MIN_BLOCKS)
 //     (any grid >= 1 is correct: a CTA takes every gridDim.x-th column group);
-//     M <= 8 * NBITS_M_TILES; NBITS_WARPS <= ceil(K / k_step), k_step = 128
-//     codes (int4) or 64 (int8) times NBITS_CHUNKS (a static_assert checks).
-//   fp32: grid = ceil(N / (NBITS_WARPS * NBITS_COLS_PER_WARP)); M <= NBITS_MAX_M.
+//     M <= 8 * NBITS_M_TILES (M = 1 with NBITS_SINGLE_ROW); NBITS_WARPS <= ceil(K / k_step), k_step = 128
+//     codes (int4) or 64 (int8) times NBITS_CHUNKS (a static_assert checks);
+//     dynamic shared memory sizeof(TcShared) = 16-byte rounded sum of
+//       warps * NBITS_STAGES * sets * tiles * chunks * 2 * 512   (the cp.async rings)
+//       2 * sets * tiles * m_tiles * 4 * warps * 32 * 4          (partial sums)
+//       2 * (rms ? warps * 8 * m_tiles : 1) * 4                  (RMS squares)
+//     (less traps).
+//   fp32: grid = ceil(N / (NBITS_WARPS * NBITS_COLS_PER_WARP)); M <= NBITS_MAX_M; no dynamic shared memory.
 // Pointer alignment (bytes) the loads need is noted at each parameter: a and
 // gamma 16, b 16 (8 suffices for int4 block 16 with an odd block count),
 // scales 8 (4-scale loads when k_blocks is a multiple of the blocks a chunk
@@ -81,6 +88,9 @@
 #endif
 #ifndef NBITS_M_TILES  // tensor cores: 8-row batch tiles (1: M <= 8, 2: M <= 16)
 #define NBITS_M_TILES 1
+#endif
+#ifndef NBITS_SINGLE_ROW  // tensor cores, 1: M = 1, so the batch rows 1..7 of an n8 tile are not accumulated
+#define NBITS_SINGLE_ROW 0
 #endif
 #ifndef NBITS_CHUNKS  // tensor cores: 16-byte chunks per lane and row in a k step
 #define NBITS_CHUNKS 1
@@ -670,6 +680,7 @@ __device__ __forceinline__ float inv_rms(float sum_squares, float epsilon)
 constexpr int kTiles = NBITS_TILES;
 constexpr int kMTiles = NBITS_M_TILES;
 constexpr int kChunks = NBITS_CHUNKS;
+constexpr bool kSingleRow = NBITS_SINGLE_ROW != 0;
 constexpr int kCtaCols = 16 * kTiles;
 constexpr int kStepCodes = 4 * kChunks * kChunkCodes;
 constexpr int kStepBytes = 64 * kChunks;
@@ -677,6 +688,7 @@ constexpr int kFullSteps = kK / kStepCodes;
 constexpr bool kHasTail = kK % kStepCodes != 0;
 
 static_assert(kMTiles == 1 || kMTiles == 2, "NBITS_M_TILES is 1 or 2");
+static_assert(!kSingleRow || kMTiles == 1, "NBITS_SINGLE_ROW needs NBITS_M_TILES 1");
 
 template <bool BF16>
 __device__ __forceinline__ void mma_16816(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1)
@@ -694,10 +706,10 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], u32 a0, u32 a1, u32 a2,
 
 // Exact mode: the mma multiplies (q - zp), exact in T, and each 16 x 16 mma
 // lies inside one quantisation block, so the scale is applied to the fp32
-// result; the weights are never rounded. For that the four lanes of a quad
-// swap words (a 4 x 4 transpose): after it, lane t holds word t of each of
-// the quad's four chunks, and word slot s of every lane belongs to chunk
-// 4r + s, i.e. to one block. Needs every 16-byte chunk inside one block:
+// result; the weights are never rounded. For that the four chunks of a quad
+// are read back from shared memory transposed (ldmatrix): lane t holds word t
+// of each of the quad's four chunks, and word slot s of every lane belongs to
+// chunk 4r + s, i.e. to one block. Needs every 16-byte chunk inside one block:
 // int8 always, int4 from block 32 on. int4 block 16 scales each word instead.
 #ifndef NBITS_EXACT  // 0: scale the weights in T before the mma (fewer instructions, T-rounded weights)
 #define NBITS_EXACT 1
@@ -709,10 +721,11 @@ constexpr int kSlotsPerBlock = kBlock / kChunkCodes >= 4 ? 4 : (kBlock / kChunkC
 constexpr int kScalesPerChunk = kExact ? 4 / kSlotsPerBlock : kBlocksPerChunk;
 constexpr int kSteps = kFullSteps + (kHasTail ? 1 : 0);
 static_assert(kSteps >= kWarps, "every warp needs a k step: NBITS_WARPS <= ceil(K / k step)");
-#ifndef NBITS_PREFETCH  // L2 prefetch distance in this warp's k steps (0: none)
-#define NBITS_PREFETCH 0
+#ifndef NBITS_STAGES  // k steps of weights in flight per warp: a cp.async ring in shared memory
+#define NBITS_STAGES 2
 #endif
-constexpr int kPrefetch = NBITS_PREFETCH;
+constexpr int kStages = NBITS_STAGES;
+static_assert(kStages >= 2 && kStages <= 8, "NBITS_STAGES is 2..8");
 
 // A row's scales of one chunk index are consecutive blocks blk0 .. blk0 +
 // kScalesPerChunk - 1 with blk0 a multiple of kScalesPerChunk; when every
@@ -723,11 +736,10 @@ constexpr bool kPackedMeta = kKBlocks % kScalesPerChunk == 0;
 constexpr int kScaleRegs = kScaleF32 ? kScalesPerChunk : (kScalesPerChunk + 1) / 2;
 typedef typename Select<kScaleF32, float, u32>::type scale_reg_t;
 
-// The raw weights of one k step: rows g and g + 8 of each tile, with the
-// scales and zero-point bytes of their blocks.
+// The scales and zero-point bytes of one k step's blocks, rows g and g + 8
+// of each tile (the weights themselves are staged in shared memory).
 template <int NSETS>
 struct TcFrag {
-    uint4 q[NSETS][kTiles][2][kChunks];
     scale_reg_t s[NSETS][kTiles][2][kChunks][kScaleRegs];
     u32 z[NSETS][kTiles][2][kChunks];
 };
@@ -820,9 +832,130 @@ struct TcActs {
     const void* gamma;
 };
 
-__device__ __forceinline__ void prefetch_l2(const void* p)
+// ------------------------------------------------------------ staging
+// Each warp owns kStages stages of shared memory; stage u holds one k step:
+// per weight set, tile, row half h (rows g / g + 8) and chunk index r, a
+// 512-byte slot of the 32 lanes' 16-byte chunks. Lane (g, t) writes its chunk
+// to position 4 g + (t ^ ((g / 2) % 4)) of a slot: the XOR swizzle puts the
+// eight rows of every ldmatrix matrix, and every 8-lane phase of the copies,
+// in distinct banks. The copies are cp.async (global to shared, no
+// registers), so kStages - 1 k steps stay in flight while one is computed.
+constexpr int kSlotBytes = 32 * 16;
+template <int NSETS>
+__host__ __device__ constexpr int stage_bytes() { return NSETS * kTiles * 2 * kChunks * kSlotBytes; }
+
+__device__ __forceinline__ int slot_index(int set, int j, int h, int r)
 {
-    asm volatile("prefetch.global.L2 [%0];" : : "l"(p));
+    return ((set * kTiles + j) * 2 + h) * kChunks + r;
+}
+
+__device__ __forceinline__ int swizzled_position(int g, int t) { return 4 * g + (t ^ ((g >> 1) & 3)); }
+
+__device__ __forceinline__ u32 shared_address(const void* p)
+{
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// 16 (or 8) bytes global to shared address dst; bytes past src_bytes are
+// zeros (src_bytes 0 reads nothing).
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global" NBITS_DECODE_L2_HINT " [%0], [%1], 16, %2;"
+                 :
+                 : "r"(dst), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async8(u32 dst, const void* src, int src_bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" : : "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" : : : "memory"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" : : "n"(N) : "memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(u32 row, u32 (&q)[4])
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(q[0]), "=r"(q[1]), "=r"(q[2]), "=r"(q[3])
+                 : "r"(row)
+                 : "memory");
+}
+
+__device__ __forceinline__ uint4 ld_shared16(u32 address)
+{
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(address)
+                 : "memory");
+    return v;
+}
+
+// Shared address of chunk position `position` of slot `slot` in a stage.
+__device__ __forceinline__ u32 chunk_address(u32 stage, int slot, int position)
+{
+    return stage + (u32)(16 * (32 * slot + position));
+}
+
+// Runs compute(frag, stage, j) for j = 0 .. count - 1 with the loads of items
+// j + 1 .. j + kStages - 1 in flight: load(frag, stage, j) issues item j's
+// cp.async copies into `stage` and its metadata loads into `frag`, and every
+// item is one cp.async group (empty past the end), so waiting until
+// kStages - 1 groups are pending means item j has landed. The ring index is a
+// compile-time constant in the unrolled body, so the fragments stay in
+// registers.
+template <class Frag, class Load, class Compute>
+__device__ __forceinline__ void staged_steps(int count, Frag (&frags)[kStages], Load load, Compute compute)
+{
+#pragma unroll
+    for (int u = 0; u < kStages - 1; ++u) {
+        if (u < count) {
+            load(frags[u], u, u);
+        }
+        cp_async_commit();
+    }
+#pragma unroll 1
+    for (int j0 = 0; j0 < count; j0 += kStages) {
+#pragma unroll
+        for (int u = 0; u < kStages; ++u) {
+            const int j = j0 + u;
+            if (j < count) {
+                const int next = (u + kStages - 1) % kStages;
+                // Stage `next` held item j - 1, which every lane has read.
+                __syncwarp();
+                if (j + kStages - 1 < count) {
+                    load(frags[next], next, j + kStages - 1);
+                }
+                cp_async_commit();
+                cp_async_wait<kStages - 1>();
+                __syncwarp();  // the other lanes' copies of item j are visible
+                compute(frags[u], u, j);
+            }
+        }
+    }
+    cp_async_wait<0>();
+}
+
+// The chunk at p (code k0 of its row) into shared address dst, zeros where
+// absent (a row past N, a chunk past K, the second half of an 8-byte-aligned
+// row's last chunk). p always lies in B (rows past N are clamped to the last,
+// chunks past the padded row to its start), though an absent chunk reads
+// nothing.
+template <bool TAIL>
+__device__ __forceinline__ void stage_chunk(u32 dst, const u8* p, int k0, bool present)
+{
+    if constexpr (kRowAligned16) {
+        cp_async16(dst, p, present ? 16 : 0);
+    } else {
+        const bool hi = present && (!TAIL || k0 + kChunkCodes / 2 < kRowCodes);
+        cp_async8(dst, p, present ? 8 : 0);
+        cp_async8(dst + 8, hi ? p + 8 : p, hi ? 8 : 0);
+    }
 }
 
 // First block of scale slot i of chunk index r (lane-independent in exact
@@ -846,9 +979,13 @@ __device__ __forceinline__ bool scale_in_k(int step, int r, int t, int i)
     }
 }
 
-template <bool TAIL, int NSETS>
-__device__ __forceinline__ void tc_load(
-    TcFrag<NSETS>& f, const Weights (&w)[NSETS], u32 rows_ok, int t, int step)
+// Item `step` of a column group: its weights into `stage` (a shared
+// address), its scales and zero points into f. FULL: every row of the group
+// is below N (no row checks). Absent chunks read nothing, from the set's
+// first row (`first`) so that every address stays inside B.
+template <bool TAIL, bool FULL, int NSETS>
+__device__ __forceinline__ void tc_load(TcFrag<NSETS>& f, u32 stage, const Weights (&w)[NSETS],
+                                        const u8* const (&first)[NSETS], u32 rows_ok, int g, int t, int step)
 {
 #pragma unroll
     for (int r = 0; r < kChunks; ++r) {
@@ -861,18 +998,13 @@ __device__ __forceinline__ void tc_load(
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int row = 16 * j + 8 * h;
-                    const bool row_ok = (rows_ok >> (2 * j + h)) & 1u;
-                    uint4 q = {0u, 0u, 0u, 0u};
-                    if (row_ok && chunk_ok) {
-                        const u8* p = w[set].b + (long long)row * kRowBytes + step * kStepBytes + r * 64;
-                        q = load_chunk<TAIL>(p, k0);
-                        if constexpr (!TAIL && kPrefetch > 0) {
-                            if (step + kPrefetch * kWarps < kFullSteps) {
-                                prefetch_l2(p + kPrefetch * kWarps * kStepBytes);
-                            }
-                        }
+                    const bool row_ok = FULL || ((rows_ok >> (2 * j + h)) & 1u);
+                    const u8* p = w[set].b + (long long)row * kRowBytes + step * kStepBytes + r * 64;
+                    if (!FULL || TAIL) {
+                        p = row_ok && chunk_ok ? p : first[set];
                     }
-                    f.q[set][j][h][r] = q;
+                    stage_chunk<TAIL>(chunk_address(stage, slot_index(set, j, h, r), swizzled_position(g, t)), p, k0,
+                                      row_ok && chunk_ok);
                     load_meta<TAIL>(w[set].s + row * kKBlocks, w[set].z + row * kZpRowBytes,
                         scale_block(step, r, t, 0),
                         [&](int i) { return row_ok && (!TAIL || scale_in_k(step, r, t, i)); },
@@ -929,24 +1061,6 @@ __device__ __forceinline__ void load_gamma_word(const void* gamma, int k, float 
     }
 }
 
-// Lane t's words become word t of each quad lane's chunk: out[s] = word t
-// of lane s (two xor-shuffle stages, each swapping one bit of (lane, word)).
-__device__ __forceinline__ void quad_transpose(const uint4& in, int t, u32 (&q)[4])
-{
-    q[0] = in.x; q[1] = in.y; q[2] = in.z; q[3] = in.w;
-#pragma unroll
-    for (int m = 2; m >= 1; m >>= 1) {
-        const bool hi = (t & m) != 0;
-#pragma unroll
-        for (int x = 0; x < 4; ++x) {
-            if (x & m) continue;
-            const u32 send = hi ? q[x] : q[x | m];
-            const u32 recv = __shfl_xor_sync(0xffffffffu, send, m);
-            if (hi) q[x] = recv; else q[x | m] = recv;
-        }
-    }
-}
-
 // B operands of word slot w of chunk r: the activations at the k of that
 // slot, in the pair order of the weights' words (zeros past M and K).
 template <bool TAIL>
@@ -987,22 +1101,22 @@ __device__ __forceinline__ void load_b_word(
     }
 }
 
-__device__ __forceinline__ float scale_float(scale_raw_t s)
+// Scale i of a packed set as a float, converted straight from its half of
+// the register (no shift to isolate it first).
+__device__ __forceinline__ float scale_float(const float (&s)[kScaleRegs], int i) { return s[i]; }
+__device__ __forceinline__ float scale_float(const u32 (&s)[kScaleRegs], int i)
 {
-    if constexpr (kScaleF32) {
-        return s;
-    } else {
-        return bits_to_float<kBf16>(s);
-    }
+    return (i & 1) ? hi_float<kBf16>(s[i / 2]) : lo_float<kBf16>(s[i / 2]);
 }
 
 // One k step: each chunk's activations are loaded (and normalised) once and
 // reused by every tile and weight set.
 template <bool TAIL, int NSETS>
 __device__ __forceinline__ void tc_compute(
-    const TcFrag<NSETS>& f, float (&acc)[NSETS][kTiles][kMTiles][4], float (&ss)[kMTiles],
-    const TcActs& act, int t, int step)
+    const TcFrag<NSETS>& f, u32 stage, float (&acc)[NSETS][kTiles][kMTiles][4], float (&ss)[kMTiles],
+    const TcActs& act, int lane, int step)
 {
+    const int t = lane & 3;
 #pragma unroll
     for (int r = 0; r < kChunks; ++r) {
         u32 x[4][kMTiles][kPairs];
@@ -1016,9 +1130,14 @@ __device__ __forceinline__ void tc_compute(
             for (int set = 0; set < NSETS; ++set) {
 #pragma unroll
                 for (int j = 0; j < kTiles; ++j) {
-                    u32 qa[4], qb[4];  // rows g and g + 8
-                    quad_transpose(f.q[set][j][0][r], t, qa);
-                    quad_transpose(f.q[set][j][1][r], t, qb);
+                    // Rows g and g + 8, transposed by ldmatrix: matrix s of a slot is
+                    // chunk s of rows 0..7 (lane l gives row l % 8 of matrix l / 8), so
+                    // lane (g, t) receives word t of chunk 4r + s in register s.
+                    u32 qa[4], qb[4];
+                    const int rr = lane & 7;
+                    const int matrix_row = swizzled_position(rr, lane >> 3);
+                    ldmatrix_x4(chunk_address(stage, slot_index(set, j, 0, r), matrix_row), qa);
+                    ldmatrix_x4(chunk_address(stage, slot_index(set, j, 1, r), matrix_row), qb);
 #pragma unroll
                     for (int i = 0; i < kScalesPerChunk; ++i) {
                         const int blk0 = scale_block(step, r, t, 0);
@@ -1043,14 +1162,16 @@ __device__ __forceinline__ void tc_compute(
                                     mma_16816<kBf16>(c[mt], wa[2 * p], wb[2 * p], wa[2 * p + 1], wb[2 * p + 1],
                                         x[w][mt][2 * p], x[w][mt][2 * p + 1]);
                         }
-                        const float sa = scale_float(scale_at(f.s[set][j][0][r], i));
-                        const float sb = scale_float(scale_at(f.s[set][j][1][r], i));
+                        const float sa = scale_float(f.s[set][j][0][r], i);
+                        const float sb = scale_float(f.s[set][j][1][r], i);
 #pragma unroll
                         for (int mt = 0; mt < kMTiles; ++mt) {
                             acc[set][j][mt][0] = fmaf(sa, c[mt][0], acc[set][j][mt][0]);
-                            acc[set][j][mt][1] = fmaf(sa, c[mt][1], acc[set][j][mt][1]);
                             acc[set][j][mt][2] = fmaf(sb, c[mt][2], acc[set][j][mt][2]);
-                            acc[set][j][mt][3] = fmaf(sb, c[mt][3], acc[set][j][mt][3]);
+                            if constexpr (!kSingleRow) {  // elements 1 and 3 hold the odd batch rows
+                                acc[set][j][mt][1] = fmaf(sa, c[mt][1], acc[set][j][mt][1]);
+                                acc[set][j][mt][3] = fmaf(sb, c[mt][3], acc[set][j][mt][3]);
+                            }
                         }
                     }
                 }
@@ -1079,9 +1200,12 @@ __device__ __forceinline__ void tc_compute(
                 for (int set = 0; set < NSETS; ++set) {
 #pragma unroll
                     for (int j = 0; j < kTiles; ++j) {
+                        const int own = swizzled_position(lane >> 2, t);
+                        const uint4 qa = ld_shared16(chunk_address(stage, slot_index(set, j, 0, r), own));
+                        const uint4 qb = ld_shared16(chunk_address(stage, slot_index(set, j, 1, r), own));
                         u32 wa[kPairs], wb[kPairs];
-                        dq[set][j][0][pb].word(word_of(f.q[set][j][0][r], w), wa);
-                        dq[set][j][1][pb].word(word_of(f.q[set][j][1][r], w), wb);
+                        dq[set][j][0][pb].word(word_of(qa, w), wa);
+                        dq[set][j][1][pb].word(word_of(qb, w), wb);
 #pragma unroll
                         for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -1101,15 +1225,21 @@ __device__ __forceinline__ void tc_compute(
 // sums (in fixed warp order), times the row's inverse RMS when the prologue
 // is on. The shared arrays alternate between groups so that one barrier a
 // group suffices.
+constexpr int kVals = kTiles * kMTiles * 4;
+template <int NSETS>
+struct TcShared {
+    uint4 stages[kWarps][kStages][stage_bytes<NSETS>() / 16];
+    float partial[2][NSETS][kVals][kWarps][32];
+    float squares[2][kRms ? kWarps : 1][kRms ? 8 * kMTiles : 1];
+};
+
 template <int NSETS, class Store>
 __device__ __forceinline__ void tc_finish(
-    const float (&acc)[NSETS][kTiles][kMTiles][4], const float (&ss)[kMTiles],
+    TcShared<NSETS>& shared, const float (&acc)[NSETS][kTiles][kMTiles][4], const float (&ss)[kMTiles],
     int lane, int warp, int parity, int m, float epsilon, Store store)
 {
-    constexpr int kVals = kTiles * kMTiles * 4;
-    __shared__ float partial[2][NSETS][kVals][kWarps][32];
-    __shared__ float squares[2][kRms ? kWarps : 1][kRms ? 8 * kMTiles : 1];
-    static_assert(sizeof(partial) + sizeof(squares) <= 48 * 1024, "static shared memory over 48 KB");
+    auto& partial = shared.partial;
+    auto& squares = shared.squares;
 
 #pragma unroll
     for (int set = 0; set < NSETS; ++set)
@@ -1182,6 +1312,16 @@ __device__ __forceinline__ void tc_run(
     const int my_groups = (int)blockIdx.x < groups ? (groups - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
     const int steps = (kSteps - 1 - warp) / kWarps + 1;  // >= 1: kSteps >= kWarps
 
+    // The layout the launch sizes dynamic shared memory by; a smaller
+    // allocation is a launch error, not a silent overrun.
+    extern __shared__ uint4 decode_shared_memory[];
+    TcShared<NSETS>& shared = *reinterpret_cast<TcShared<NSETS>*>(decode_shared_memory);
+    u32 dynamic_bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
+    if (dynamic_bytes < sizeof(TcShared<NSETS>)) {
+        __trap();
+    }
+
     TcActs act;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
@@ -1208,22 +1348,29 @@ __device__ __forceinline__ void tc_run(
     clear();
     int parity = 0;
 
-    // Item j of this warp: group index and k step.
-    auto item = [&](int j, int& group, int& step) {
-        const int gi = j / steps;
-        group = (int)blockIdx.x + gi * (int)gridDim.x;
-        step = warp + (j - gi * steps) * kWarps;
+    // The items of this warp in order: k steps warp, warp + kWarps, ... of
+    // groups blockIdx.x, + gridDim.x, ... Loads and computes walk them with
+    // their own cursors (loads run kStages - 1 items ahead).
+    struct Cursor {
+        int group, index;  // column group, and the item's index among the group's steps
     };
-    auto load = [&](TcFrag<NSETS>& f, int j) {
-        int group, step;
-        item(j, group, step);
-        const int n0 = group * kCtaCols;
-        u32 rows_ok = 0u;
+    Cursor next_load{(int)blockIdx.x, 0};
+    Cursor next_compute{(int)blockIdx.x, 0};
+    auto advance = [&](Cursor& c) {
+        if (++c.index == steps) {
+            c.index = 0;
+            c.group += (int)gridDim.x;
+        }
+    };
+    const u32 ring = shared_address(shared.stages[warp]);
+    const u8* first[NSETS];
 #pragma unroll
-        for (int jj = 0; jj < kTiles; ++jj)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                if (n0 + 16 * jj + 8 * h + g < n) rows_ok |= 1u << (2 * jj + h);
+    for (int set = 0; set < NSETS; ++set) first[set] = b[set];
+
+    auto load = [&](TcFrag<NSETS>& f, int stage, int) {
+        const int n0 = next_load.group * kCtaCols;
+        const int step = warp + next_load.index * kWarps;
+        advance(next_load);
         const long long row = n0 + g;
         Weights w[NSETS];
 #pragma unroll
@@ -1232,29 +1379,48 @@ __device__ __forceinline__ void tc_run(
             w[set].s = static_cast<const scale_raw_t*>(scales[set]) + row * kKBlocks;
             w[set].z = zp[set] + row * kZpRowBytes;
         }
-        if (!kHasTail || step < kFullSteps) {
-            tc_load<false>(f, w, rows_ok, t, step);
+        const u32 at = ring + (u32)(stage * stage_bytes<NSETS>());
+        const bool tail = kHasTail && step >= kFullSteps;
+        if (n0 + kCtaCols <= n) {
+            if (!tail) {
+                tc_load<false, true>(f, at, w, first, 0u, g, t, step);
+            } else {
+                tc_load<true, true>(f, at, w, first, 0u, g, t, step);
+            }
         } else {
-            tc_load<true>(f, w, rows_ok, t, step);
+            u32 rows_ok = 0u;
+#pragma unroll
+            for (int jj = 0; jj < kTiles; ++jj)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    if (n0 + 16 * jj + 8 * h + g < n) rows_ok |= 1u << (2 * jj + h);
+            if (!tail) {
+                tc_load<false, false>(f, at, w, first, rows_ok, g, t, step);
+            } else {
+                tc_load<true, false>(f, at, w, first, rows_ok, g, t, step);
+            }
         }
     };
-    auto compute = [&](const TcFrag<NSETS>& f, int j) {
-        int group, step;
-        item(j, group, step);
+    auto compute = [&](const TcFrag<NSETS>& f, int stage, int) {
+        const int group = next_compute.group;
+        const int step = warp + next_compute.index * kWarps;
+        const bool last = next_compute.index == steps - 1;
+        advance(next_compute);
+        const u32 at = ring + (u32)(stage * stage_bytes<NSETS>());
         if (!kHasTail || step < kFullSteps) {
-            tc_compute<false>(f, acc, ss, act, t, step);
+            tc_compute<false>(f, at, acc, ss, act, lane, step);
         } else {
-            tc_compute<true>(f, acc, ss, act, t, step);
+            tc_compute<true>(f, at, acc, ss, act, lane, step);
         }
-        if (j % steps == steps - 1) {
-            tc_finish<NSETS>(acc, ss, lane, warp, parity, m, epsilon,
+        if (last) {
+            tc_finish<NSETS>(shared, acc, ss, lane, warp, parity, m, epsilon,
                 [&](int col, int row, const float (&v)[NSETS]) { store(group, col, row, v); });
             parity ^= 1;
             clear();
         }
     };
-    TcFrag<NSETS> f0, f1;
-    pipelined_steps(0, 1, my_groups * steps, f0, f1, load, compute);
+    TcFrag<NSETS> frags[kStages];
+    staged_steps(my_groups * steps, frags, load, compute);
 }
 
 #endif  // tensor cores

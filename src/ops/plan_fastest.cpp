@@ -470,25 +470,102 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
     return true;
 }
 
-// M <= 16: matmul_decode.cu, one pass over the weights for all rows, with the
-// RMS norm fused in (its sum of squares taken from the activations the kernel
-// loads anyway). Geometry from the kernel's launch rule: split K over up to 8
-// warps, a persistent grid of SMs x (16 / warps) CTAs, two 16-column tiles per
-// CTA when the columns fill that grid.
-bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
+// Tensor-core decode geometry: warps split K, a persistent grid of SMs x
+// min_blocks CTAs walks the column groups (16 x tiles columns each), and each
+// warp keeps kDecodeStages k steps of weights in a cp.async ring.
+struct DecodeGeometry {
+    std::uint32_t warps;
+    std::uint32_t min_blocks;
+    int tiles;
+    std::uint32_t grid;
+    std::uint32_t shared_bytes;
+};
+
+// Measured on the H200 (Llama-3 lm_head, down, qkv, gate/up; int4 and int8):
+// two stages beat three and four, whose extra ring and unrolled code cost
+// more than the depth gains once the weights no longer pass through registers.
+constexpr std::uint32_t kDecodeStages = 2;
+
+// Dynamic shared memory of nbits_decode_*: the layout of TcShared in
+// matmul_decode.cu (stages, then the cross-warp partial sums and the RMS
+// squares, each double-buffered).
+std::uint32_t decode_shared_bytes(std::uint32_t warps, int tiles, int m_tiles, int sets, bool rms)
+{
+    const std::size_t stages = std::size_t{warps} * kDecodeStages * sets * tiles * 2 * 512;
+    const std::size_t partial = 2 * std::size_t(sets) * tiles * m_tiles * 4 * warps * 32 * 4;
+    const std::size_t squares = 2 * (rms ? std::size_t{warps} * 8 * m_tiles : 1) * 4;
+    return static_cast<std::uint32_t>((stages + partial + squares + 15) / 16 * 16);
+}
+
+// The geometry of the launch rule in matmul_decode.cu, chosen for the device:
+// K split over up to 8 warps; min_blocks from {16 / warps, 1.5x that}, the one
+// with fewer CTA rounds times CTAs per SM (a grid that covers the column
+// groups in one round beats a smaller one that needs two: Llama-3-8B qkv,
+// 384 groups, 7.9 against 9.6 us on the H200); two tiles per CTA when the
+// columns fill the grid. It must fit the SM's shared memory: a device with
+// less (sm_86/89: 100 KiB) gets fewer tiles or CTAs per SM.
+DecodeGeometry decode_geometry(const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
     const Capabilities& device = fastest.request.context.capabilities;
+    const bool paired = fastest.up != nullptr;
+    const int sets = paired ? 2 : 1;
+    const int m_tiles = fastest.m <= 8 ? 1 : 2;
+    const bool rms = fastest.gamma != nullptr;
+    const std::size_t sms = std::max<std::uint32_t>(device.multiprocessor_count, 1);
+    // Shared memory an SM has for blocks, and what each block costs beyond its own (1 KiB on sm_80 and later).
+    const std::size_t per_sm = std::size_t{device.max_shared_memory_per_block_optin} + 1024;
+    const std::size_t per_block_reserved = 1024;
+
+    const std::size_t step = config.bits == 4 ? 128 : 64;
+    const std::size_t steps = div_ceil(config.k, step);
+    DecodeGeometry geometry{};
+    geometry.warps = steps >= 8 ? 8 : steps >= 4 ? 4 : steps >= 2 ? 2 : 1;
+    const std::uint32_t base_blocks = 16 / geometry.warps;
+    geometry.tiles = !paired && 10 * div_ceil(config.n, 32) >= 9 * sms * base_blocks ? 2 : 1;
+    auto shared = [&](int tiles) { return decode_shared_bytes(geometry.warps, tiles, m_tiles, sets, rms); };
+    auto fits = [&](std::uint32_t blocks, int tiles) {
+        return std::size_t{blocks} * (shared(tiles) + per_block_reserved) <= per_sm;
+    };
+    if (geometry.tiles == 2 && !fits(base_blocks, 2)) {
+        geometry.tiles = 1;
+    }
+    const std::size_t groups = div_ceil(config.n, 16 * static_cast<std::size_t>(geometry.tiles));
+    auto cost = [&](std::uint32_t blocks) {
+        const std::size_t ctas = std::min<std::size_t>(groups, sms * blocks);
+        return div_ceil(groups, ctas) * blocks;
+    };
+    std::uint32_t blocks = base_blocks;
+    while (blocks > 1 && !fits(blocks, geometry.tiles)) {
+        --blocks;
+    }
+    const std::uint32_t more = base_blocks + base_blocks / 2;
+    if (blocks == base_blocks && more > base_blocks && fits(more, geometry.tiles) && cost(more) < cost(blocks)) {
+        blocks = more;
+    }
+    geometry.min_blocks = blocks;
+    geometry.grid = static_cast<std::uint32_t>(std::min<std::size_t>(groups, sms * blocks));
+    geometry.shared_bytes = shared(geometry.tiles);
+    return geometry;
+}
+
+// M <= 16: matmul_decode.cu, one pass over the weights for all rows, with the
+// RMS norm fused in (its sum of squares taken from the activations the kernel
+// loads anyway), on the geometry above (fp32: CUDA cores, a warp per column
+// set).
+bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
     const HalfOperands& o = fastest.operands;
     const bool f32 = o.activation_type == DataType::Float32;
     const bool paired = fastest.up != nullptr;
     const std::size_t m = fastest.m;
     const Specialisation spec{fastest};
-    const std::size_t sms = std::max<std::uint32_t>(device.multiprocessor_count, 1);
 
     std::uint32_t warps = 4;
     std::uint32_t min_blocks = 4;
     std::uint32_t grid = 0;
+    std::uint32_t shared_bytes = 0;
     int tiles = 1;
     int cols_per_warp = 1;
     std::size_t max_m = 1;
@@ -499,13 +576,12 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         cols_per_warp = max_m <= 2 ? 4 : max_m <= 8 ? 2 : 1;
         grid = grid_extent(config.n, std::size_t{warps} * static_cast<std::size_t>(cols_per_warp), kMaxGridX, "N");
     } else {
-        const std::size_t step = config.bits == 4 ? 128 : 64;
-        const std::size_t steps = div_ceil(config.k, step);
-        warps = steps >= 8 ? 8 : steps >= 4 ? 4 : steps >= 2 ? 2 : 1;
-        min_blocks = 16 / warps;
-        tiles = !paired && 10 * div_ceil(config.n, 32) >= 9 * sms * min_blocks ? 2 : 1;
-        grid = static_cast<std::uint32_t>(std::min<std::size_t>(div_ceil(config.n, 16 * static_cast<std::size_t>(tiles)),
-                                                                sms * min_blocks));
+        const DecodeGeometry geometry = decode_geometry(fastest);
+        warps = geometry.warps;
+        min_blocks = geometry.min_blocks;
+        tiles = geometry.tiles;
+        grid = geometry.grid;
+        shared_bytes = geometry.shared_bytes;
     }
     const char* entry = paired ? "nbits_decode_gate_up" : "nbits_decode_matmul";
     StepBuilder step(entry, paired ? "nbits decode gate/up SwiGLU GEMV" : "nbits decode GEMV");
@@ -543,7 +619,11 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     if (f32) {
         step.define("NBITS_COLS_PER_WARP", cols_per_warp).define("NBITS_MAX_M", static_cast<std::int64_t>(max_m));
     } else {
-        step.define("NBITS_TILES", tiles).define("NBITS_M_TILES", m <= 8 ? 1 : 2);
+        step.define("NBITS_TILES", tiles)
+            .define("NBITS_M_TILES", m <= 8 ? 1 : 2)
+            .define("NBITS_SINGLE_ROW", m == 1 ? 1 : 0)
+            .define("NBITS_STAGES", kDecodeStages)
+            .shared_memory(shared_bytes, true);
     }
     step.grid(grid).block(32 * warps).add_to(plan, fastest.request);
     set_variant(plan, paired ? "nbits_decode_gate_up" : "nbits_decode",
@@ -560,18 +640,19 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
 }
 
 // The original's down-projection GEMVs (fp16, K > N, block 32, fp16 scales,
-// symmetric) stage A in shared memory and measured faster than the decode
-// kernel on the H200 on that class (Llama-3-8B down 17.7 against 19.9 us,
-// Qwen2.5-0.5B down 3.9 against 6.9 us): Fastest keeps them there. They
-// are int4 only: an int8 node of that shape gets the original's plain
-// gemv_int8_f16, slower than the decode kernel (Llama-3-70B down 174.2
-// against 122.5 us).
+// symmetric, int4) stage A in shared memory and run every column on its own
+// warps, so on a node too narrow for the decode kernel's column groups to
+// fill the SMs they are faster (Qwen2.5-0.5B down, 56 groups on 132 SMs:
+// 3.9 against 6.9 us on the H200); Fastest keeps them there. A node whose
+// groups fill the device takes the decode kernel (Llama-3-8B down 16.2
+// against 17.7 us, Llama-3-70B down 40.4 against 51.7 us).
 bool original_down_projection_is_faster(const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
     const HalfOperands& o = fastest.operands;
+    const std::size_t sms = fastest.request.context.capabilities.multiprocessor_count;
     return fastest.m == 1 && config.bits == 4 && o.activation_type == DataType::Float16 && fastest.gamma == nullptr &&
-           fastest.up == nullptr &&
+           fastest.up == nullptr && div_ceil(config.n, 16) < sms &&
            select_f16_gemv_variant(config.k, config.n, config.block_size, o.scales_fp16(), o.has_zero_points())
                    .variant == F16GemvVariant::DownProjection;
 }

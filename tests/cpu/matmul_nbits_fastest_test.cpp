@@ -227,6 +227,48 @@ TEST_CASE("Fastest decode: one persistent pass over the weights for M = 1..16, g
     CHECK(test::kernel_step(int8, 0).config.block == Dim3{64, 1, 1});
 }
 
+TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device")
+{
+    // Llama-3-8B qkv: 384 column groups. Three CTAs per SM cover them in one round (396 slots); two would take
+    // two rounds of 264.
+    const KernelStep qkv = test::kernel_step(fastest(node(4096, 6144), rows(1)).plan(), 0);
+    CHECK(defines(qkv, "NBITS_MIN_BLOCKS=3"));
+    CHECK(qkv.config.grid == Dim3{384, 1, 1});
+    CHECK(defines(qkv, "NBITS_STAGES=2"));
+    CHECK(defines(qkv, "NBITS_SINGLE_ROW=1"));
+    // Dynamic shared memory: 8 warps x 2 stages x 1 tile x 2 row halves x 512 bytes, the double-buffered partial
+    // sums (2 x 4 values x 8 warps x 32 lanes x 4 bytes) and the unused RMS squares (2 floats), 16-byte rounded.
+    CHECK(qkv.config.dynamic_shared_bytes == 8 * 2 * 2 * 512 + 2 * 4 * 8 * 32 * 4 + 16);
+    CHECK(qkv.configure_shared_memory);
+    // lm_head: 4008 groups; a third CTA per SM saves no round per CTA (11 x 3 against 16 x 2), so two.
+    const KernelStep lm_head = test::kernel_step(fastest(node(4096, 128256), rows(1)).plan(), 0);
+    CHECK(defines(lm_head, "NBITS_MIN_BLOCKS=2"));
+    CHECK(defines(lm_head, "NBITS_TILES=2"));
+    // M = 2..16 accumulates every batch row.
+    CHECK(defines(test::kernel_step(fastest(node(4096, 6144), rows(2)).plan(), 0), "NBITS_SINGLE_ROW=0"));
+    // Every device's plan fits its SMs' shared memory min_blocks times over (1 KiB reserved per block).
+    for (const Capabilities& device : {Capabilities::h200(), Capabilities::rtx4090(), Capabilities::l4(),
+                                       Capabilities::sm86_28(), Capabilities::a100(), Capabilities::rtx5090()}) {
+        for (std::size_t m : {1, 16}) {
+            for (bool paired : {false, true}) {
+                const NodeAttributes attributes =
+                    paired ? test::marked(node(4096, 14336), kGateUpSwigluAttr) : node(4096, 128256);
+                const KernelStep step = test::kernel_step(fastest(attributes, rows(m), device).plan(), 0);
+                std::uint32_t blocks = 0;
+                for (std::uint32_t b = 1; b <= 6; ++b) {
+                    if (defines(step, "NBITS_MIN_BLOCKS=" + std::to_string(b))) {
+                        blocks = b;
+                    }
+                }
+                INFO(device.name << " M=" << m << " paired=" << paired);
+                REQUIRE(blocks > 0);
+                CHECK(blocks * (step.config.dynamic_shared_bytes + 1024) <=
+                      device.max_shared_memory_per_block_optin + 1024);
+            }
+        }
+    }
+}
+
 TEST_CASE("Fastest decode fuses the RMS norm and the paired gate/up node into one launch, no K limit")
 {
     test::Shapes shapes = rows(4);
@@ -250,17 +292,20 @@ TEST_CASE("Fastest decode of fp32 activations runs on CUDA cores; accuracy level
     CHECK(fastest(node(4096, 4096, 4, 32, 4), rows(1, DataType::Float32)).plan().variant == "gemv_accuracy4_int8");
 }
 
-TEST_CASE("Fastest keeps the original's int4 down-projection GEMV at M = 1 and gives int8 ones the decode kernel")
+TEST_CASE("Fastest keeps the original's int4 down-projection GEMV only where the decode grid would leave SMs idle")
 {
-    // Llama-3-70B down: int4 block 32 symmetric fp16 is the original's staged down-projection kernel (measured
-    // faster); int8 of the same shape would get the original's plain gemv_int8_f16, slower than the decode kernel.
-    const LaunchPlan int4 = fastest(node(28672, 8192), rows(1)).plan();
-    CHECK(int4.variant == test::problem(node(28672, 8192), rows(1)).plan().variant);
-    CHECK(entries(int4) != std::vector<std::string>{"nbits_decode_matmul"});
-    const LaunchPlan int8 = fastest(node(28672, 8192, 8), rows(1)).plan();
-    CHECK(entries(int8) == std::vector<std::string>{"nbits_decode_matmul"});
+    // Qwen2.5-0.5B down (N = 896: 56 column groups on 132 SMs): the original's staged down-projection kernel.
+    const LaunchPlan narrow = fastest(node(4864, 896), rows(1)).plan();
+    CHECK(narrow.variant == "gemv_f16_down_projection");
+    // The same node on a 46-SM part fills it: the decode kernel.
+    CHECK(entries(fastest(node(4864, 896), rows(1), Capabilities::sm89_46()).plan()) ==
+          std::vector<std::string>{"nbits_decode_matmul"});
+    // Llama-3-70B down (512 groups): the decode kernel, int4 and int8 (the original's int8 is plain gemv_int8_f16).
+    CHECK(test::problem(node(28672, 8192), rows(1)).plan().variant == "gemv_f16_down_projection");
+    CHECK(entries(fastest(node(28672, 8192), rows(1)).plan()) == std::vector<std::string>{"nbits_decode_matmul"});
+    CHECK(entries(fastest(node(28672, 8192, 8), rows(1)).plan()) == std::vector<std::string>{"nbits_decode_matmul"});
     CHECK(entries(test::problem(node(28672, 8192, 8), rows(1)).plan()) ==
           std::vector<std::string>{"matmul_nbits_gemv_int8_f16"});
     // From M = 2 every down projection takes the decode kernel.
-    CHECK(entries(fastest(node(28672, 8192), rows(2)).plan()) == std::vector<std::string>{"nbits_decode_matmul"});
+    CHECK(entries(fastest(node(4864, 896), rows(2)).plan()) == std::vector<std::string>{"nbits_decode_matmul"});
 }
