@@ -1310,7 +1310,11 @@ __device__ __forceinline__ void tc_run(
     const int t = lane & 3;
     const int groups = (n + kCtaCols - 1) / kCtaCols;
     const int my_groups = (int)blockIdx.x < groups ? (groups - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
-    const int steps = (kSteps - 1 - warp) / kWarps + 1;  // >= 1: kSteps >= kWarps
+    // Every warp walks the same number of items a group (a warp with fewer k
+    // steps idles through the last), so that the group's cross-warp
+    // reduction and its __syncthreads come at the same point of the unrolled
+    // pipeline in every warp.
+    const int steps = (kSteps + kWarps - 1) / kWarps;
 
     // The layout the launch sizes dynamic shared memory by; a smaller
     // allocation is a launch error, not a silent overrun.
@@ -1371,6 +1375,9 @@ __device__ __forceinline__ void tc_run(
         const int n0 = next_load.group * kCtaCols;
         const int step = warp + next_load.index * kWarps;
         advance(next_load);
+        if (step >= kSteps) {
+            return;
+        }
         const long long row = n0 + g;
         Weights w[NSETS];
 #pragma unroll
@@ -1407,10 +1414,12 @@ __device__ __forceinline__ void tc_run(
         const bool last = next_compute.index == steps - 1;
         advance(next_compute);
         const u32 at = ring + (u32)(stage * stage_bytes<NSETS>());
-        if (!kHasTail || step < kFullSteps) {
+        if (step < kFullSteps) {
             tc_compute<false>(f, at, acc, ss, act, lane, step);
-        } else {
-            tc_compute<true>(f, at, acc, ss, act, lane, step);
+        } else if constexpr (kHasTail) {
+            if (step < kSteps) {
+                tc_compute<true>(f, at, acc, ss, act, lane, step);
+            }
         }
         if (last) {
             tc_finish<NSETS>(shared, acc, ss, lane, warp, parity, m, epsilon,

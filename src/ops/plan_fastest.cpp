@@ -502,8 +502,12 @@ std::uint32_t decode_shared_bytes(std::uint32_t warps, int tiles, int m_tiles, i
 // with fewer CTA rounds times CTAs per SM (a grid that covers the column
 // groups in one round beats a smaller one that needs two: Llama-3-8B qkv,
 // 384 groups, 7.9 against 9.6 us on the H200); two tiles per CTA when the
-// columns fill the grid. It must fit the SM's shared memory: a device with
-// less (sm_86/89: 100 KiB) gets fewer tiles or CTAs per SM.
+// columns fill the grid. The 1.5x option caps registers at 80 a thread, which
+// only one weight set with at most two 16 x 8 accumulator tiles per warp
+// stands (the paired gate/up node at M = 16 ran 56 against 30 us at M = 8
+// under it; Llama-3-70B qkv at M = 16, two tiles of two batch tiles, 39.7
+// against 33.9 us). It must fit the SM's shared memory: a device with less
+// (sm_86/89: 100 KiB) gets fewer tiles or CTAs per SM.
 DecodeGeometry decode_geometry(const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
@@ -540,7 +544,9 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
         --blocks;
     }
     const std::uint32_t more = base_blocks + base_blocks / 2;
-    if (blocks == base_blocks && more > base_blocks && fits(more, geometry.tiles) && cost(more) < cost(blocks)) {
+    const bool few_accumulators = sets == 1 && geometry.tiles * m_tiles <= 2;
+    if (blocks == base_blocks && more > base_blocks && few_accumulators && fits(more, geometry.tiles) &&
+        cost(more) < cost(blocks)) {
         blocks = more;
     }
     geometry.min_blocks = blocks;

@@ -240,6 +240,16 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     // sums (2 x 4 values x 8 warps x 32 lanes x 4 bytes) and the unused RMS squares (2 floats), 16-byte rounded.
     CHECK(qkv.config.dynamic_shared_bytes == 8 * 2 * 2 * 512 + 2 * 4 * 8 * 32 * 4 + 16);
     CHECK(qkv.configure_shared_memory);
+    // A third CTA per SM caps registers at 80: not for the paired node (Qwen2.5-7B gate/up, 1184 groups, would
+    // save a round) nor for two tiles of two batch tiles (Llama-3-70B qkv at M = 16).
+    const KernelStep paired =
+        test::kernel_step(fastest(test::marked(node(3584, 18944), kGateUpSwigluAttr), rows(1)).plan(), 0);
+    CHECK(defines(paired, "NBITS_MIN_BLOCKS=2"));
+    const KernelStep qkv70_m16 = test::kernel_step(fastest(node(8192, 10240), rows(16)).plan(), 0);
+    CHECK(defines(qkv70_m16, "NBITS_TILES=2"));
+    CHECK(defines(qkv70_m16, "NBITS_MIN_BLOCKS=2"));
+    CHECK(defines(test::kernel_step(fastest(node(8192, 10240), rows(1)).plan(), 0), "NBITS_MIN_BLOCKS=3"));
+    CHECK(defines(test::kernel_step(fastest(node(4096, 6144), rows(16)).plan(), 0), "NBITS_MIN_BLOCKS=3"));
     // lm_head: 4008 groups; a third CTA per SM saves no round per CTA (11 x 3 against 16 x 2), so two.
     const KernelStep lm_head = test::kernel_step(fastest(node(4096, 128256), rows(1)).plan(), 0);
     CHECK(defines(lm_head, "NBITS_MIN_BLOCKS=2"));
