@@ -539,6 +539,13 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
         const std::size_t ctas = std::min<std::size_t>(groups, sms * blocks);
         return div_ceil(groups, ctas) * blocks;
     };
+    if (!fits(1, geometry.tiles)) {
+        fail_unsupported(fmt::format(
+            "the decode kernel needs {} bytes of shared memory per block for this node, but {} allows at most {}. "
+            "Why: each warp keeps two k steps of weights in flight there. How to fix: use a GPU of compute "
+            "capability 8.0 or later, or KernelPolicy::Original",
+            shared(geometry.tiles), device.name, device.max_shared_memory_per_block_optin));
+    }
     std::uint32_t blocks = base_blocks;
     while (blocks > 1 && !fits(blocks, geometry.tiles)) {
         --blocks;

@@ -256,6 +256,12 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     CHECK(defines(lm_head, "NBITS_TILES=2"));
     // M = 2..16 accumulates every batch row.
     CHECK(defines(test::kernel_step(fastest(node(4096, 6144), rows(2)).plan(), 0), "NBITS_SINGLE_ROW=0"));
+    // A device whose blocks cannot hold even one ring is refused with the reason, not launched.
+    Capabilities small = Capabilities::h200();
+    small.max_shared_memory_per_block_optin = 24 * 1024;
+    const test::Problem refused = fastest(node(4096, 128256), rows(16), small);
+    CHECK(test::error_kind(refused) == ErrorKind::Unsupported);
+    CHECK_THROWS_WITH_AS(refused.plan(), doctest::Contains("decode kernel needs"), Error);
     // Every device's plan fits its SMs' shared memory min_blocks times over (1 KiB reserved per block).
     for (const Capabilities& device : {Capabilities::h200(), Capabilities::rtx4090(), Capabilities::l4(),
                                        Capabilities::sm86_28(), Capabilities::a100(), Capabilities::rtx5090()}) {
