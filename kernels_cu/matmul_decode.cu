@@ -943,8 +943,8 @@ __device__ __forceinline__ void staged_steps(int count, Frag (&frags)[kStages], 
 
 // The chunk at p (code k0 of its row) into shared address dst, zeros where
 // absent (a row past N, a chunk past K, the second half of an 8-byte-aligned
-// row's last chunk). p always lies in B (rows past N are clamped to the last,
-// chunks past the padded row to its start), though an absent chunk reads
+// row's last chunk). The caller passes B's first byte as an absent chunk's
+// address, so that every address lies in B, though an absent chunk reads
 // nothing.
 template <bool TAIL>
 __device__ __forceinline__ void stage_chunk(u32 dst, const u8* p, int k0, bool present)
