@@ -477,6 +477,7 @@ struct DecodeGeometry {
     std::uint32_t warps;
     std::uint32_t min_blocks;
     int tiles;
+    int chunks;
     std::uint32_t grid;
     std::uint32_t shared_bytes;
 };
@@ -489,9 +490,9 @@ constexpr std::uint32_t kDecodeStages = 2;
 // Dynamic shared memory of nbits_decode_*: the layout of TcShared in
 // matmul_decode.cu (stages, then the cross-warp partial sums and the RMS
 // squares, each double-buffered).
-std::uint32_t decode_shared_bytes(std::uint32_t warps, int tiles, int m_tiles, int sets, bool rms)
+std::uint32_t decode_shared_bytes(std::uint32_t warps, int tiles, int chunks, int m_tiles, int sets, bool rms)
 {
-    const std::size_t stages = std::size_t{warps} * kDecodeStages * sets * tiles * 2 * 512;
+    const std::size_t stages = std::size_t{warps} * kDecodeStages * sets * tiles * chunks * 2 * 512;
     const std::size_t partial = 2 * std::size_t(sets) * tiles * m_tiles * 4 * warps * 32 * 4;
     const std::size_t squares = 2 * (rms ? std::size_t{warps} * 8 * m_tiles : 1) * 4;
     return static_cast<std::uint32_t>((stages + partial + squares + 15) / 16 * 16);
@@ -506,8 +507,12 @@ std::uint32_t decode_shared_bytes(std::uint32_t warps, int tiles, int m_tiles, i
 // only one weight set with at most two 16 x 8 accumulator tiles per warp
 // stands (the paired gate/up node at M = 16 ran 56 against 30 us at M = 8
 // under it; Llama-3-70B qkv at M = 16, two tiles of two batch tiles, 39.7
-// against 33.9 us). It must fit the SM's shared memory: a device with less
-// (sm_86/89: 100 KiB) gets fewer tiles or CTAs per SM.
+// against 33.9 us). A single-row int4 node with K > N (a down projection)
+// takes two 16-byte chunks a lane and row per k step, halving the per-step
+// work of its long K (Llama-3-8B down 17.0 -> 14.3 us, 70B down 47.8 -> 42.6
+// on the H200; lm_head, qkv and gate/up ran slower with it). It must fit the
+// SM's shared memory: a device with less (sm_86/89: 100 KiB) gets fewer tiles
+// or CTAs per SM.
 DecodeGeometry decode_geometry(const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
@@ -521,13 +526,16 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     const std::size_t per_sm = std::size_t{device.max_shared_memory_per_block_optin} + 1024;
     const std::size_t per_block_reserved = 1024;
 
-    const std::size_t step = config.bits == 4 ? 128 : 64;
-    const std::size_t steps = div_ceil(config.k, step);
     DecodeGeometry geometry{};
+    geometry.chunks = fastest.m == 1 && !paired && config.bits == 4 && config.k > config.n ? 2 : 1;
+    const std::size_t step = (config.bits == 4 ? 128 : 64) * static_cast<std::size_t>(geometry.chunks);
+    const std::size_t steps = div_ceil(config.k, step);
     geometry.warps = steps >= 8 ? 8 : steps >= 4 ? 4 : steps >= 2 ? 2 : 1;
     const std::uint32_t base_blocks = 16 / geometry.warps;
     geometry.tiles = !paired && 10 * div_ceil(config.n, 32) >= 9 * sms * base_blocks ? 2 : 1;
-    auto shared = [&](int tiles) { return decode_shared_bytes(geometry.warps, tiles, m_tiles, sets, rms); };
+    auto shared = [&](int tiles) {
+        return decode_shared_bytes(geometry.warps, tiles, geometry.chunks, m_tiles, sets, rms);
+    };
     auto fits = [&](std::uint32_t blocks, int tiles) {
         return std::size_t{blocks} * (shared(tiles) + per_block_reserved) <= per_sm;
     };
@@ -580,6 +588,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     std::uint32_t grid = 0;
     std::uint32_t shared_bytes = 0;
     int tiles = 1;
+    int chunks = 1;
     int cols_per_warp = 1;
     std::size_t max_m = 1;
     if (f32) {
@@ -593,6 +602,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         warps = geometry.warps;
         min_blocks = geometry.min_blocks;
         tiles = geometry.tiles;
+        chunks = geometry.chunks;
         grid = geometry.grid;
         shared_bytes = geometry.shared_bytes;
     }
@@ -636,6 +646,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
             .define("NBITS_M_TILES", m <= 8 ? 1 : 2)
             .define("NBITS_SINGLE_ROW", m == 1 ? 1 : 0)
             .define("NBITS_STAGES", kDecodeStages)
+            .define("NBITS_CHUNKS", chunks)
             .shared_memory(shared_bytes, true);
     }
     step.grid(grid).block(32 * warps).add_to(plan, fastest.request);

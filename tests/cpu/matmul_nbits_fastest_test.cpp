@@ -254,6 +254,14 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     const KernelStep lm_head = test::kernel_step(fastest(node(4096, 128256), rows(1)).plan(), 0);
     CHECK(defines(lm_head, "NBITS_MIN_BLOCKS=2"));
     CHECK(defines(lm_head, "NBITS_TILES=2"));
+    // A single-row int4 down projection (K > N) takes two chunks a lane per k step, with a ring twice as deep in
+    // bytes: 8 warps x 2 stages x 1 tile x 2 chunks x 2 row halves x 512 bytes, plus the partial sums.
+    const KernelStep down = test::kernel_step(fastest(node(14336, 4096), rows(1)).plan(), 0);
+    CHECK(defines(down, "NBITS_CHUNKS=2"));
+    CHECK(down.config.dynamic_shared_bytes == 8 * 2 * 2 * 2 * 512 + 2 * 4 * 8 * 32 * 4 + 16);
+    CHECK(defines(qkv, "NBITS_CHUNKS=1"));
+    CHECK(defines(test::kernel_step(fastest(node(14336, 4096), rows(2)).plan(), 0), "NBITS_CHUNKS=1"));
+    CHECK(defines(test::kernel_step(fastest(node(14336, 4096, 8), rows(1)).plan(), 0), "NBITS_CHUNKS=1"));
     // M = 2..16 accumulates every batch row.
     CHECK(defines(test::kernel_step(fastest(node(4096, 6144), rows(2)).plan(), 0), "NBITS_SINGLE_ROW=0"));
     // A device whose blocks cannot hold even one ring is refused with the reason, not launched.
