@@ -981,11 +981,11 @@ __device__ __forceinline__ bool scale_in_k(int step, int r, int t, int i)
 
 // Item `step` of a column group: its weights into `stage` (a shared
 // address), its scales and zero points into f. FULL: every row of the group
-// is below N (no row checks). Absent chunks read nothing, from the set's
-// first row (`first`) so that every address stays inside B.
+// is below N (no row checks). Absent chunks read nothing, from the start of
+// their set's B (`b`) so that every address stays inside it.
 template <bool TAIL, bool FULL, int NSETS>
 __device__ __forceinline__ void tc_load(TcFrag<NSETS>& f, u32 stage, const Weights (&w)[NSETS],
-                                        const u8* const (&first)[NSETS], u32 rows_ok, int g, int t, int step)
+                                        const u8* const (&b)[NSETS], u32 rows_ok, int g, int t, int step)
 {
 #pragma unroll
     for (int r = 0; r < kChunks; ++r) {
@@ -1001,7 +1001,7 @@ __device__ __forceinline__ void tc_load(TcFrag<NSETS>& f, u32 stage, const Weigh
                     const bool row_ok = FULL || ((rows_ok >> (2 * j + h)) & 1u);
                     const u8* p = w[set].b + (long long)row * kRowBytes + step * kStepBytes + r * 64;
                     if (!FULL || TAIL) {
-                        p = row_ok && chunk_ok ? p : first[set];
+                        p = row_ok && chunk_ok ? p : b[set];
                     }
                     stage_chunk<TAIL>(chunk_address(stage, slot_index(set, j, h, r), swizzled_position(g, t)), p, k0,
                                       row_ok && chunk_ok);
@@ -1367,9 +1367,6 @@ __device__ __forceinline__ void tc_run(
         }
     };
     const u32 ring = shared_address(shared.stages[warp]);
-    const u8* first[NSETS];
-#pragma unroll
-    for (int set = 0; set < NSETS; ++set) first[set] = b[set];
 
     auto load = [&](TcFrag<NSETS>& f, int stage, int) {
         const int n0 = next_load.group * kCtaCols;
@@ -1390,9 +1387,9 @@ __device__ __forceinline__ void tc_run(
         const bool tail = kHasTail && step >= kFullSteps;
         if (n0 + kCtaCols <= n) {
             if (!tail) {
-                tc_load<false, true>(f, at, w, first, 0u, g, t, step);
+                tc_load<false, true>(f, at, w, b, 0u, g, t, step);
             } else {
-                tc_load<true, true>(f, at, w, first, 0u, g, t, step);
+                tc_load<true, true>(f, at, w, b, 0u, g, t, step);
             }
         } else {
             u32 rows_ok = 0u;
@@ -1402,9 +1399,9 @@ __device__ __forceinline__ void tc_run(
                 for (int h = 0; h < 2; ++h)
                     if (n0 + 16 * jj + 8 * h + g < n) rows_ok |= 1u << (2 * jj + h);
             if (!tail) {
-                tc_load<false, false>(f, at, w, first, rows_ok, g, t, step);
+                tc_load<false, false>(f, at, w, b, rows_ok, g, t, step);
             } else {
-                tc_load<true, false>(f, at, w, first, rows_ok, g, t, step);
+                tc_load<true, false>(f, at, w, b, rows_ok, g, t, step);
             }
         }
     };

@@ -550,9 +550,9 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     if (!fits(1, geometry.tiles)) {
         fail_unsupported(fmt::format(
             "the decode kernel needs {} bytes of shared memory per block for this node, but {} allows at most {}. "
-            "Why: each warp keeps two k steps of weights in flight there. How to fix: use a GPU of compute "
+            "Why: each warp keeps {} k steps of weights in flight there. How to fix: use a GPU of compute "
             "capability 8.0 or later, or KernelPolicy::Original",
-            shared(geometry.tiles), device.name, device.max_shared_memory_per_block_optin));
+            shared(geometry.tiles), device.name, device.max_shared_memory_per_block_optin, kDecodeStages));
     }
     std::uint32_t blocks = base_blocks;
     while (blocks > 1 && !fits(blocks, geometry.tiles)) {
@@ -668,8 +668,9 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
 // warps, so on a node too narrow for the decode kernel's column groups to
 // fill the SMs they are faster (Qwen2.5-0.5B down, 56 groups on 132 SMs:
 // 3.9 against 6.9 us on the H200); Fastest keeps them there. A node whose
-// groups fill the device takes the decode kernel (Llama-3-8B down 16.2
-// against 17.7 us, Llama-3-70B down 40.4 against 51.7 us).
+// groups fill the device takes the decode kernel (Llama-3-8B down 14.2
+// against 17.3 us, Llama-3-70B down 43.4 against 51.5 us, Qwen2.5-7B down 16.7
+// against 20.6 us).
 bool original_down_projection_is_faster(const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
