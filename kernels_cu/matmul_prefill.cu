@@ -56,6 +56,9 @@
 //   NBITS_GROUP_N    [8]   CTA raster: groups of GROUP_N column tiles, tokens
 //                          fastest inside a group, so a wave shares weights
 //   NBITS_MIN_CTAS   [1]   __launch_bounds__ minimum CTAs per SM (register cap)
+//   NBITS_WGMMA      [0]   1: sm_90a warpgroup MMA (wgmma.mma_async) main loop;
+//                          needs TILE_N 128, TILE_K 64, WARPS_N 8, WARPS_M 1,
+//                          WARPS_K 1, TILE_M 128 or 256, and compute_90a
 //   NBITS_NORM_THREADS [256], NBITS_DEQ_THREADS [256], NBITS_DEQ_UNITS [4]
 // Constraints (static_assert): TILE_N / WARPS_N % 16 == 0, TILE_M / WARPS_M
 // % 8 == 0, UNITS = TILE_K / WARPS_K / 32 in {1, 2, 4}, 8 * UNITS <=
@@ -139,6 +142,9 @@
 #endif
 #ifndef NBITS_MIN_CTAS
 #define NBITS_MIN_CTAS 1
+#endif
+#ifndef NBITS_WGMMA
+#define NBITS_WGMMA 0
 #endif
 #ifndef NBITS_NORM_THREADS
 #define NBITS_NORM_THREADS 256
@@ -381,11 +387,18 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], cons
 [[maybe_unused]] constexpr int kABytes = kTileM * kTileK * 2;
 [[maybe_unused]] constexpr int kSBytes = kTileN * kScaleWords * 4;
 [[maybe_unused]] constexpr int kZBytes = kTileN * kZpWords * 4;
-[[maybe_unused]] constexpr int kStageBytes = (kWBytes + kABytes + kSBytes + kZBytes + 15) / 16 * 16;
+[[maybe_unused]] constexpr bool kWgmma = NBITS_WGMMA != 0;
+// wgmma reads the activation tile through 1024-byte 128B-swizzle atoms: every
+// stage starts on a 1024-byte boundary, and the kernel aligns its dynamic
+// shared memory up to one (kSmemSlack more bytes).
+[[maybe_unused]] constexpr int kStageAlign = kWgmma ? 1024 : 16;
+[[maybe_unused]] constexpr int kSmemSlack = kWgmma ? 1024 : 0;
+[[maybe_unused]] constexpr int kStageBytes =
+    (kWBytes + kABytes + kSBytes + kZBytes + kStageAlign - 1) / kStageAlign * kStageAlign;
 [[maybe_unused]] constexpr int kEpiStride = kTileN + 4;  // floats per staged token row
 [[maybe_unused]] constexpr int kEpiBytes = kWarpsK * kTileM * kEpiStride * 4;
 [[maybe_unused]] constexpr int kSmemBytes =
-    kStages * kStageBytes > kEpiBytes ? kStages * kStageBytes : kEpiBytes;
+    (kStages * kStageBytes > kEpiBytes ? kStages * kStageBytes : kEpiBytes) + kSmemSlack;
 
 static_assert(kWarpN % 16 == 0, "TILE_N / WARPS_N must be a multiple of 16");
 static_assert(kWarpM % 8 == 0, "TILE_M / WARPS_M must be a multiple of 8");
@@ -395,12 +408,19 @@ static_assert(kChunks >= 8, "TILE_K >= 64");
 static_assert(8 * kUnits <= kBlockSize, "a thread's k range must lie in one block");
 static_assert(kTileN % 32 == 0, "TILE_N multiple of 32");
 static_assert(kStages >= 2, "at least two stages");
+static_assert(!kWgmma || (kTileN == 128 && kTileK == 64 && kWarpsN == 8 && kWarpsM == 1 && kWarpsK == 1 &&
+                          (kTileM == 128 || kTileM == 256) && kStages >= 3),
+    "NBITS_WGMMA needs TILE_N 128, TILE_K 64, WARPS 8 x 1 x 1, TILE_M 128 or 256, STAGES >= 3");
 
 // Physical 16-byte chunk of logical chunk `q` in token row `row`: a phase of
 // 8 lanes (two token rows, t = 0..3) reads 8 different bank groups.
+// wgmma: the 128B swizzle of its shared-memory descriptors, chunk q of row r
+// at q ^ (r % 8) (rows 128 bytes apart from a 1024-byte-aligned stage).
 __device__ __forceinline__ int act_chunk_swizzle(const int row, const int q)
 {
-    if (kUnits == 1) {
+    if (kWgmma) {
+        return q ^ (row & 7);
+    } else if (kUnits == 1) {
         return q ^ ((row & 1) << 2);
     } else if (kUnits == 2) {
         return q ^ (row & 1);
@@ -748,6 +768,204 @@ __device__ __forceinline__ void compute_stage(
     }
 }
 
+// ------------------------------------------------------ sm_90a warpgroup MMA
+// NBITS_WGMMA: the two warpgroups of a CTA each own 64 weight rows, the wgmma
+// M dimension (warp w of a warpgroup holds rows 16 w .. 16 w + 15, laid out
+// as the mma.sync A fragment); the tokens are its N (128 per instruction, two
+// instructions for TILE_M 256). The weights are dequantised into the A
+// registers in natural k order (thread t takes k pair t of each 8-k unit, the
+// same rounding as the mma.sync path), and the activations are read by wgmma
+// from the stage itself through a K-major 128B-swizzle descriptor.
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int pending>
+__device__ __forceinline__ void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(pending) : "memory");
+}
+
+// Shared-memory descriptor of a K-major operand with 128B swizzle: start
+// address, leading byte offset 16 (unused with this swizzle), stride byte
+// offset 1024 (between 8-row groups), layout type 1 (SWIZZLE_128B).
+__device__ __forceinline__ unsigned long long act_descriptor(const u32 address)
+{
+    return (unsigned long long)((address & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+// d += A . B for a 64 x 128 x 16 step: A from registers, B (128 tokens x 16
+// k, K-major) from shared memory.
+__device__ __forceinline__ void wgmma_n128(float (&d)[64], const u32 (&a)[4], const unsigned long long b)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+#if NBITS_ACT_BF16
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+#else
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+#endif
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1)
+        : "memory");
+}
+
+// Keeps the compiler from touching the accumulators across a wgmma wait.
+__device__ __forceinline__ void fence_accumulators(float (&d)[64])
+{
+#pragma unroll
+    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// The dequantised pair t (k 2t, 2t + 1) of 8-k unit u of a weight row's stage
+// words: `select` = t | (t + 4) << 8 (int4) or the byte offset 2 (t & 1) of
+// the pair in its word (int8).
+__device__ __forceinline__ u32 dequant_unit_pair(const u32* words, const int u, const int t, const u32 select,
+                                                 const DequantConst c)
+{
+    if (kBits == 4) {
+        const u32 w = words[u];
+        const u32 v = (__byte_perm(w, w >> 4, select) & 0x000F000Fu) | (kBf16 ? 0x43004300u : 0x64006400u);
+        return pair_fma(pair_fma(v, kPairOne, c.bias), c.scale, kPairNegZero);
+    } else {
+        const u32 w = (t >> 1) ? words[2 * u + 1] : words[2 * u];  // constant indices keep words in registers
+        if (kBf16) {
+            const float lo = __uint_as_float(__byte_perm(w, 0x4B000000u, select | 0x7440)) + __uint_as_float(c.bias);
+            const float hi =
+                __uint_as_float(__byte_perm(w, 0x4B000000u, (select + 1) | 0x7440)) + __uint_as_float(c.bias);
+            u32 d;
+            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+            return pair_fma(d, c.scale, kPairNegZero);
+        } else {
+            const u32 v = __byte_perm(w, 0x64646464u, select | 0x4040 | ((select + 1) << 8));
+            return pair_fma(pair_fma(v, kPairOne, c.bias), c.scale, kPairNegZero);
+        }
+    }
+}
+
+[[maybe_unused]] constexpr int kWgmmaHalves = kWgmma ? kTileM / 128 : 1;  // 128-token wgmmas per k step
+
+// One k tile: the A fragments of its four k16 steps from rows r and r + 8,
+// each followed by its wgmma(s). Returns with this tile's wgmmas in flight
+// and the previous tile's complete, so that the stage before it may be
+// refilled once every warp has passed the next barrier.
+template <bool kPaired>
+__device__ __forceinline__ void compute_stage_wgmma(
+    float (&acc)[kWgmmaHalves][64], const StageView& st, const u32 act_smem, const WeightSource<kPaired>& src,
+    const int tile)
+{
+    const int lane = (int)threadIdx.x & 31;
+    const int warp = (int)threadIdx.x >> 5;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int r = 16 * warp + g;
+    const u32 select = kBits == 4 ? (u32)(t | ((t + 4) << 8)) : (u32)(2 * (t & 1));
+    constexpr int kRowWords = kWRowBytes / 4;
+    u32 lo[kRowWords];
+    u32 hi[kRowWords];
+    load_words(lo, st.w + r * kWRowBytes);
+    load_words(hi, st.w + (r + 8) * kWRowBytes);
+    DequantConst c_lo[kSpt];
+    DequantConst c_hi[kSpt];
+#pragma unroll
+    for (int b = 0; b < kSpt; ++b) {
+        c_lo[b] = row_const(st, src, r, tile, b);
+        c_hi[b] = row_const(st, src, r + 8, tile, b);
+    }
+#pragma unroll
+    for (int s = 0; s < kTileK / 16; ++s) {
+        const int b = kBlockSize >= kTileK ? 0 : 16 * s / kBlockSize;
+        const u32 frag[4] = {dequant_unit_pair(lo, 2 * s, t, select, c_lo[b]),
+                             dequant_unit_pair(hi, 2 * s, t, select, c_hi[b]),
+                             dequant_unit_pair(lo, 2 * s + 1, t, select, c_lo[b]),
+                             dequant_unit_pair(hi, 2 * s + 1, t, select, c_hi[b])};
+        wgmma_fence();
+#pragma unroll
+        for (int h = 0; h < kWgmmaHalves; ++h) {
+            wgmma_n128(acc[h], frag, act_descriptor(act_smem + 32 * s + h * 128 * 128));
+        }
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+}
+
+// The wgmma main loop, with gemm_mainloop's stages and epilogue layout. A
+// tile's wgmmas run on while the next one is dequantised, so its stage is
+// refilled two tiles later: copies run STAGES - 2 tiles ahead.
+template <bool kPaired>
+__device__ __forceinline__ void gemm_mainloop_wgmma(
+    u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src, const int m, const int m0)
+{
+    float acc[kWgmmaHalves][64];
+#pragma unroll
+    for (int h = 0; h < kWgmmaHalves; ++h)
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc[h][i] = 0.0f;
+
+    const u32 smem_base = smem_addr(smem);
+#pragma unroll
+    for (int s = 0; s < kStages - 2; ++s) {
+        if (s < kTilesK) {
+            load_stage(smem_base + s * kStageBytes, smem + s * kStageBytes, s, a, src, m, m0);
+        }
+        cp_async_commit();
+    }
+#pragma unroll 1
+    for (int tile = 0; tile < kTilesK; ++tile) {
+        cp_async_wait<kStages - 3>();
+        // The copies (generic proxy) become visible to wgmma (async proxy).
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        const int next = tile + kStages - 2;
+        if (next < kTilesK) {
+            const int stage = next % kStages;
+            load_stage(smem_base + stage * kStageBytes, smem + stage * kStageBytes, next, a, src, m, m0);
+        }
+        cp_async_commit();
+        const int stage = tile % kStages;
+        compute_stage_wgmma(acc, stage_view(smem, stage), smem_base + stage * kStageBytes + kWBytes, src, tile);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int h = 0; h < kWgmmaHalves; ++h) fence_accumulators(acc[h]);
+    cp_async_wait<0>();
+    __syncthreads();
+
+    const int lane = (int)threadIdx.x & 31;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int r = 16 * ((int)threadIdx.x >> 5) + g;
+    float* epi = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for (int h = 0; h < kWgmmaHalves; ++h) {
+#pragma unroll
+        for (int c = 0; c < 16; ++c) {
+            const int tok = 128 * h + 8 * c + 2 * t;
+            epi[tok * kEpiStride + r] = acc[h][4 * c];
+            epi[(tok + 1) * kEpiStride + r] = acc[h][4 * c + 1];
+            epi[tok * kEpiStride + r + 8] = acc[h][4 * c + 2];
+            epi[(tok + 1) * kEpiStride + r + 8] = acc[h][4 * c + 3];
+        }
+    }
+    __syncthreads();
+}
+
+// The kernel's dynamic shared memory, aligned up to a stage boundary.
+__device__ __forceinline__ u8* stage_memory(u8* raw)
+{
+    if (!kWgmma) {
+        return raw;
+    }
+    return raw + ((1024u - (smem_addr(raw) & 1023u)) & 1023u);
+}
+
 // Main loop: accumulators of this thread's fragments over all of K, then the
 // staged fp32 tile in shared memory: epi[wk][token][CTA weight row].
 template <bool kPaired>
@@ -755,6 +973,10 @@ __device__ __forceinline__ void gemm_mainloop(
     u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src,
     const int m, const int m0)
 {
+    if constexpr (kWgmma) {
+        gemm_mainloop_wgmma(smem, a, src, m, m0);
+        return;
+    }
     float acc[kFragsN][kFragsM][4];
 #pragma unroll
     for (int i = 0; i < kFragsN; ++i)
@@ -874,6 +1096,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_pre
     const int bias_row_stride)
 {
     extern __shared__ __align__(16) u8 nbits_prefill_smem[];
+    u8* const smem = stage_memory(nbits_prefill_smem);
     WeightSource<false> src;
     src.b0 = src.b1 = b;
     src.scales0 = src.scales1 = scales;
@@ -882,7 +1105,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_pre
     src.n0 = tile.x * kTileN;
     src.n = n;
     const int m0 = tile.y * kTileM;
-    gemm_mainloop(nbits_prefill_smem, a, src, m, m0);
+    gemm_mainloop(smem, a, src, m, m0);
 
     constexpr int kGroups = kTileN / 8;
     for (int item = (int)threadIdx.x; item < kTileM * kGroups; item += kThreads) {
@@ -892,7 +1115,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_pre
         const int col0 = src.n0 + r0;
         if (row >= m || col0 >= n) continue;
         float v[8];
-        staged_values(v, nbits_prefill_smem, tok, r0);
+        staged_values(v, smem, tok, r0);
         Act8 out;
         if (kBiasMode != 0) {
             const act_t* bp = bias + (long)row * bias_row_stride + col0;
@@ -936,6 +1159,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_pre
 {
     static_assert(kTileN % 64 == 0, "paired TILE_N multiple of 64");
     extern __shared__ __align__(16) u8 nbits_prefill_smem[];
+    u8* const smem = stage_memory(nbits_prefill_smem);
     WeightSource<true> src;
     src.b0 = b_gate;
     src.b1 = b_up;
@@ -947,7 +1171,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_pre
     src.n0 = tile.x * (kTileN / 2);
     src.n = n;
     const int m0 = tile.y * kTileM;
-    gemm_mainloop(nbits_prefill_smem, a, src, m, m0);
+    gemm_mainloop(smem, a, src, m, m0);
 
     constexpr int kGroups = kTileN / 2 / 8;
     for (int item = (int)threadIdx.x; item < kTileM * kGroups; item += kThreads) {
@@ -958,8 +1182,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_pre
         if (row >= m || col0 >= n) continue;
         float gate[8];
         float up[8];
-        staged_values(gate, nbits_prefill_smem, tok, r0);
-        staged_values(up, nbits_prefill_smem, tok, kTileN / 2 + r0);
+        staged_values(gate, smem, tok, r0);
+        staged_values(up, smem, tok, kTileN / 2 + r0);
         Act8 out;
 #pragma unroll
         for (int e = 0; e < 8; ++e) {

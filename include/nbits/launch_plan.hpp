@@ -74,6 +74,9 @@ struct KernelStep {
     // Dynamic shared memory above the default budget is opted into first,
     // never launched blind.
     bool configure_shared_memory = false;
+    // Compiled for the GPU's arch-specific target (compute_90a: wgmma), which
+    // loads on that architecture only.
+    bool arch_specific = false;
     std::vector<KernelArg> args;
     std::string what;                  // names the launch in errors
     // Inputs and outputs the entry needs aligned beyond one byte (scratch

@@ -24,6 +24,10 @@ Target Target::parse(std::string_view text)
                                 "generation, e.g. sm_90) or compute_XY (PTX, e.g. compute_80)",
                                 text));
     }
+    const bool arch_specific = digits.size() >= 3 && digits.back() == 'a';
+    if (arch_specific) {
+        digits.remove_suffix(1);
+    }
     bool numeric = digits.size() >= 2 && digits.size() <= 3;
     for (char c : digits) {
         numeric = numeric && std::isdigit(static_cast<unsigned char>(c));
@@ -35,12 +39,12 @@ Target Target::parse(std::string_view text)
                                 text));
     }
     const int value = std::stoi(std::string(digits));
-    return Target{value / 10, value % 10, kind};
+    return Target{value / 10, value % 10, kind, arch_specific};
 }
 
 std::string Target::str() const
 {
-    return fmt::format("{}_{}{}", kind == ImageKind::Cubin ? "sm" : "compute", major, minor);
+    return fmt::format("{}_{}{}{}", kind == ImageKind::Cubin ? "sm" : "compute", major, minor, arch_specific ? "a" : "");
 }
 
 }  // namespace nbits::jit

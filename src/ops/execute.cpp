@@ -156,8 +156,8 @@ PlanFunctions load_plan_functions(CudaRuntime& runtime, const LaunchPlan& plan,
             continue;
         }
         const jit::KernelSource* source = source_override ? source_override(*step) : nullptr;
-        const CUfunction function =
-            internals.function(source != nullptr ? *source : kernels::source(step->source), step->entry, step->defines);
+        const CUfunction function = internals.function(source != nullptr ? *source : kernels::source(step->source),
+                                                       step->entry, step->defines, step->arch_specific);
         if (step->configure_shared_memory) {
             internals.configure_dynamic_shared_memory(function, step->config.dynamic_shared_bytes, step->what);
         }

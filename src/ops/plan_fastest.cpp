@@ -5,6 +5,8 @@
 //                   (tensor cores for fp16/bf16, CUDA cores for fp32)
 //   16 < M <= 128   matmul_prefill.cu: fused dequantising tensor-core GEMM (past M = 64
 //                   only when its grid fills half the SMs)
+//   64 < M <= 256   on sm_90: the same GEMM on warpgroup MMA (wgmma, compute_90a) when its
+//                   grid fills three quarters of the SMs
 //   otherwise       matmul_prefill.cu: dequantise chunks of columns into scratch, then cuBLASLt
 // The RMS-norm prologue is fused into the decode kernel; at prefill it
 // normalises chunks of rows into scratch first. Scratch never exceeds
@@ -74,8 +76,16 @@ struct Specialisation {
 // A tile configuration of the fused prefill GEMM (matmul_prefill.cu).
 struct PrefillTiles {
     int tile_n, tile_m, tile_k, warps_n, warps_m, warps_k, stages, min_ctas;
+    bool wgmma = false;  // NBITS_WGMMA: sm_90a warpgroup MMA main loop
     std::uint32_t threads() const { return static_cast<std::uint32_t>(32 * warps_n * warps_m * warps_k); }
 };
+
+// The wgmma configuration: two warpgroups of 64 weight rows, 128 tokens, two
+// CTAs an SM (the register cap of 128 that allows: at 129 and more one CTA
+// ran, 8B gate/up M = 128 117 against 89 us).
+constexpr PrefillTiles kWgmmaTiles{128, 128, 64, 8, 1, 1, 4, 2, true};
+constexpr std::size_t kWgmmaMinM = 65;
+constexpr std::size_t kWgmmaMaxM = 256;
 
 // The presets that measured fastest on an H200 by M (the harness of
 // matmul_prefill.cu), before the constraints of the node and the device.
@@ -107,9 +117,12 @@ std::size_t prefill_shared_bytes(const PrefillTiles& t, const MatMulNBitsConfig&
     const std::size_t raw = static_cast<std::size_t>(t.tile_n) * tile_k * config.bits / 8 +
                             static_cast<std::size_t>(t.tile_m) * tile_k * 2 +
                             static_cast<std::size_t>(t.tile_n) * 4 * (scale_words + (zero_points ? zp_words : 0));
-    const std::size_t stage = (raw + 15) / 16 * 16;
+    // wgmma stages start on 1024-byte swizzle atoms, and the kernel aligns its
+    // dynamic shared memory up to one.
+    const std::size_t align = t.wgmma ? 1024 : 16;
+    const std::size_t stage = (raw + align - 1) / align * align;
     const std::size_t reduction = static_cast<std::size_t>(t.warps_k) * t.tile_m * (t.tile_n + 4) * 4;
-    return std::max(static_cast<std::size_t>(t.stages) * stage, reduction);
+    return std::max(static_cast<std::size_t>(t.stages) * stage, reduction) + (t.wgmma ? 1024 : 0);
 }
 
 // The preset adapted to the node and the device: a thread's k range must lie
@@ -128,7 +141,7 @@ std::optional<PrefillTiles> fit_tiles(PrefillTiles t, const FastestRequest& fast
     }
     const std::size_t scale_bytes = element_size(fastest.operands.scale_type);
     const std::uint32_t optin = fastest.request.context.capabilities.max_shared_memory_per_block_optin;
-    for (; t.stages >= 2; --t.stages) {
+    for (; t.stages >= (t.wgmma ? 3 : 2); --t.stages) {
         shared_bytes = prefill_shared_bytes(t, config, scale_bytes, fastest.operands.has_zero_points());
         if (shared_bytes <= optin) {
             return t;
@@ -146,7 +159,9 @@ void tile_defines(StepBuilder& step, const PrefillTiles& t)
         .define("NBITS_WARPS_M", t.warps_m)
         .define("NBITS_WARPS_K", t.warps_k)
         .define("NBITS_STAGES", t.stages)
-        .define("NBITS_MIN_CTAS", t.min_ctas);
+        .define("NBITS_MIN_CTAS", t.min_ctas)
+        .define("NBITS_WGMMA", t.wgmma ? 1 : 0)
+        .arch_specific(t.wgmma);
 }
 
 // Columns per dequantised chunk: whole cuBLASLt tiles of 64 where they fit,
@@ -181,11 +196,12 @@ void add_rmsnorm_rows(LaunchPlan& plan, const FastestRequest& fastest, BufferRef
 
 // The fused GEMM (or the paired gate/up kernel) over `rows` rows.
 bool add_fused_prefill(LaunchPlan& plan, const FastestRequest& fastest, BufferRef activation, std::size_t row,
-                       std::size_t rows)
+                       std::size_t rows, bool wgmma)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
     std::size_t shared_bytes = 0;
-    const std::optional<PrefillTiles> tiles = fit_tiles(preset_for(rows, config.k), fastest, shared_bytes);
+    const std::optional<PrefillTiles> tiles =
+        fit_tiles(wgmma ? kWgmmaTiles : preset_for(rows, config.k), fastest, shared_bytes);
     if (!tiles) {
         return false;
     }
@@ -363,6 +379,28 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
     return 2 * ctas >= sms;
 }
 
+// sm_90 (wgmma is arch-specific: compute 9.0 exactly) for 64 < M <= 256 when
+// the grid of 128 x 128 tiles fills three quarters of the SMs. H200 lab runs
+// (fp16/bf16, int4 block 32 and 128 + zero points): Llama-3-8B up M = 128
+// 54.1 us against 84.7 fused on mma.sync, M = 256 82.6 against 111.0
+// dequantised; Llama-3-70B up M = 128 about 164 against 264.8; past M = 256
+// the dequantise + cuBLASLt route is faster (8B up M = 512: 162.5 against
+// about 130), and a grid short of the SMs (8B qkv, N = 6144 at M = 128: 48
+// CTAs, 54 us against 25 dequantised) leaves too many idle.
+bool wgmma_prefill(const FastestRequest& fastest)
+{
+    const Capabilities& device = fastest.request.context.capabilities;
+    if (device.compute_major != 9 || device.compute_minor != 0 || fastest.m < kWgmmaMinM || fastest.m > kWgmmaMaxM) {
+        return false;
+    }
+    const std::size_t sms = device.multiprocessor_count;
+    const std::size_t columns_per_cta =
+        static_cast<std::size_t>(fastest.up != nullptr ? kWgmmaTiles.tile_n / 2 : kWgmmaTiles.tile_n);
+    const std::size_t ctas = div_ceil(fastest.request.config.n, columns_per_cta) *
+                             div_ceil(fastest.m, static_cast<std::size_t>(kWgmmaTiles.tile_m));
+    return 4 * ctas >= 3 * sms;
+}
+
 bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
@@ -370,7 +408,8 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
     const std::size_t element = element_size(fastest.operands.activation_type);
     const std::size_t a_row_bytes = config.k * element;
     const bool paired = fastest.up != nullptr;
-    const bool fused = m <= kFusedMaxM && fused_grid_fills_device(fastest);
+    const bool wgmma = wgmma_prefill(fastest);
+    const bool fused = wgmma || (m <= kFusedMaxM && fused_grid_fills_device(fastest));
     const bool normalized = fastest.gamma != nullptr;
 
     // Rows per pass: all of them, unless a per-row scratch (the normalized rows, the gate projection) would
@@ -446,7 +485,7 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
             activation = BufferRef::scratch(norm_scratch);
         }
         if (fused) {
-            if (!add_fused_prefill(candidate, fastest, activation, row, rows)) {
+            if (!add_fused_prefill(candidate, fastest, activation, row, rows, wgmma)) {
                 return false;
             }
         } else {
@@ -454,12 +493,16 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
         }
     }
     const char* kind = paired ? "paired gate/up SwiGLU" : "MatMulNBits";
-    set_variant(candidate, fused ? "nbits_prefill_fused" : "nbits_prefill_dequantize_cublaslt",
-                [m, kind, fused, normalized, chunk_columns, rows_per_pass] {
+    set_variant(candidate,
+                wgmma   ? "nbits_prefill_wgmma"
+                : fused ? "nbits_prefill_fused"
+                        : "nbits_prefill_dequantize_cublaslt",
+                [m, kind, fused, wgmma, normalized, chunk_columns, rows_per_pass] {
                     if (fused) {
-                        return fmt::format("M={} {} prefill{}: fused dequantising tensor-core GEMM (mma.sync) over "
+                        return fmt::format("M={} {} prefill{}: fused dequantising tensor-core GEMM ({}) over "
                                            "ONNX Runtime's layout, specialised on K, bits, block size and zero points",
-                                           m, kind, normalized ? " with an RMS-norm pass over rows into scratch" : "");
+                                           m, kind, normalized ? " with an RMS-norm pass over rows into scratch" : "",
+                                           wgmma ? "sm_90a warpgroup MMA" : "mma.sync");
                     }
                     return fmt::format("M={} {} prefill{}: weights dequantised in chunks of {} columns into scratch, "
                                        "each multiplied by cuBLASLt (rows per pass {})",

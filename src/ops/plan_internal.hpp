@@ -63,6 +63,12 @@ public:
     // Dynamic shared memory; `configure` opts into more than the default
     // budget first (and fails cleanly beyond the opt-in one).
     StepBuilder& shared_memory(std::uint32_t bytes, bool configure);
+    // Compile for the device's arch-specific target (sm_90a instructions).
+    StepBuilder& arch_specific(bool value)
+    {
+        step_.arch_specific = value;
+        return *this;
+    }
 
     // Checks that every parameter is bound exactly once with its kind and
     // that the geometry fits the device, derives the alignment each bound

@@ -252,10 +252,10 @@ void CudaRuntime::Internals::release_async(CUdeviceptr pointer, CUstream stream)
 }
 
 CUfunction CudaRuntime::Internals::function(const jit::KernelSource& source, std::string_view entry,
-                                            const jit::Defines& defines)
+                                            const jit::Defines& defines, bool arch_specific)
 {
     ScopedContext scope(*this);
-    return modules_->function(source, entry, defines);
+    return modules_->function(source, entry, defines, arch_specific);
 }
 
 void CudaRuntime::Internals::configure_dynamic_shared_memory(CUfunction function, std::uint32_t requested,

@@ -69,7 +69,8 @@ public:
 
     // JIT: the loaded function for `entry` of `source` specialised by
     // `defines`, compiled once per process.
-    CUfunction function(const jit::KernelSource& source, std::string_view entry, const jit::Defines& defines = {});
+    CUfunction function(const jit::KernelSource& source, std::string_view entry, const jit::Defines& defines = {},
+                        bool arch_specific = false);
     ModuleCache& modules() { return *modules_; }
     jit::DiskCache* disk_cache() const { return disk_cache_.get(); }
 

@@ -42,9 +42,10 @@ ModuleCache::ModuleCache(int compute_major, int compute_minor, CompileGranularit
 
 ModuleCache::~ModuleCache() = default;
 
-jit::Target ModuleCache::target() const
+jit::Target ModuleCache::target(bool arch_specific) const
 {
-    return cubin_only_.load() ? jit::Target::cubin(major_, minor_) : jit::Target::ptx(major_, minor_);
+    return cubin_only_.load() ? jit::Target::cubin(major_, minor_, arch_specific)
+                              : jit::Target::ptx(major_, minor_, arch_specific);
 }
 
 ModuleCacheStats ModuleCache::stats() const
@@ -53,11 +54,15 @@ ModuleCacheStats ModuleCache::stats() const
     return stats_;
 }
 
-CUfunction ModuleCache::function(const jit::KernelSource& source, std::string_view entry, const jit::Defines& defines)
+CUfunction ModuleCache::function(const jit::KernelSource& source, std::string_view entry, const jit::Defines& defines,
+                                 bool arch_specific)
 {
     std::string specialisation;
     for (const std::string& define : defines) {
         specialisation.append(" -D").append(define);
+    }
+    if (arch_specific) {
+        specialisation.append(" (arch-specific)");
     }
     std::string function_key;
     function_key.reserve(source.digest().size() + entry.size() + specialisation.size() + 1);
@@ -86,7 +91,7 @@ CUfunction ModuleCache::function(const jit::KernelSource& source, std::string_vi
     }
     if (owner) {
         try {
-            promise.set_value(load_module(source, entry, defines));
+            promise.set_value(load_module(source, entry, defines, arch_specific));
         } catch (...) {
             {
                 // Forget the failure so that a later call tries again.
@@ -137,14 +142,14 @@ CUmodule ModuleCache::load_image(const jit::CompileRequest& request, bool& unsup
 }
 
 std::shared_ptr<ModuleCache::Module> ModuleCache::load_module(const jit::KernelSource& source, std::string_view entry,
-                                                              const jit::Defines& defines)
+                                                              const jit::Defines& defines, bool arch_specific)
 {
     if (!source.has_entry(entry)) {
         throw Error(ErrorKind::InvalidArgument,
                     fmt::format("{}.cu declares no kernel entry '{}'", source.name(), entry));
     }
     jit::CompileRequest request =
-        module_request(source, entry, defines, granularity_, jit::Target::cubin(major_, minor_));
+        module_request(source, entry, defines, granularity_, jit::Target::cubin(major_, minor_, arch_specific));
     auto module = std::make_shared<Module>();
 
     // A CUBIN for exactly this GPU, when the cache holds one (nbits-prewarm
@@ -162,7 +167,7 @@ std::shared_ptr<ModuleCache::Module> ModuleCache::load_module(const jit::KernelS
         }
     }
     for (int attempt = 0; attempt < 3 && module->handle == nullptr; ++attempt) {
-        request.target = target();
+        request.target = target(arch_specific);
         bool unsupported_ptx = false;
         module->handle = load_image(request, unsupported_ptx);
         if (unsupported_ptx) {
@@ -170,8 +175,8 @@ std::shared_ptr<ModuleCache::Module> ModuleCache::load_module(const jit::KernelS
         }
     }
     if (module->handle == nullptr) {
-        throw Error(ErrorKind::Driver, fmt::format("the driver refused every image of {}.cu for sm_{}{}",
-                                                   source.name(), major_, minor_));
+        throw Error(ErrorKind::Driver, fmt::format("the driver refused every image of {}.cu for sm_{}{}{}",
+                                                   source.name(), major_, minor_, arch_specific ? "a" : ""));
     }
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.modules;

@@ -46,12 +46,15 @@ public:
     ModuleCache& operator=(const ModuleCache&) = delete;
 
     // `defines` specialise the source (NVRTC -D options); each distinct set
-    // is a module of its own.
-    CUfunction function(const jit::KernelSource& source, std::string_view entry, const jit::Defines& defines = {});
+    // is a module of its own. `arch_specific` compiles for the GPU's
+    // arch-specific target (compute_90a), whose instructions no other
+    // architecture has.
+    CUfunction function(const jit::KernelSource& source, std::string_view entry, const jit::Defines& defines = {},
+                        bool arch_specific = false);
 
     // compute_XY until the driver rejects this toolkit's PTX
     // (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), sm_XY from then on.
-    jit::Target target() const;
+    jit::Target target(bool arch_specific = false) const;
     ModuleCacheStats stats() const;
     CompileGranularity granularity() const { return granularity_; }
     jit::ImageStore* store() const { return store_.get(); }
@@ -59,7 +62,7 @@ public:
 private:
     struct Module;
     std::shared_ptr<Module> load_module(const jit::KernelSource& source, std::string_view entry,
-                                        const jit::Defines& defines);
+                                        const jit::Defines& defines, bool arch_specific);
     CUmodule load_image(const jit::CompileRequest& request, bool& unsupported_ptx);
 
     int major_;

@@ -7,6 +7,7 @@
 #include "kernels.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
@@ -31,7 +32,11 @@ TEST_CASE("targets parse from sm_XY and compute_XY and nothing else")
     CHECK(jit::Target::parse("compute_80") == jit::Target::ptx(8, 0));
     CHECK(jit::Target::parse("sm_89").str() == "sm_89");
     CHECK(jit::Target::ptx(8, 6).str() == "compute_86");
-    for (const char* bad : {"90", "sm90", "sm_", "sm_9x", "compute_", "gfx90a", "sm_1234"}) {
+    // Arch-specific targets (wgmma on sm_90a) differ from the plain ones.
+    CHECK(jit::Target::parse("sm_90a") == jit::Target::cubin(9, 0, true));
+    CHECK(jit::Target::parse("compute_90a").str() == "compute_90a");
+    CHECK(jit::Target::parse("sm_90a") != jit::Target::cubin(9, 0));
+    for (const char* bad : {"90", "sm90", "sm_", "sm_9x", "compute_", "gfx90a", "sm_1234", "sm_9a", "sm_90b"}) {
         CAPTURE(bad);
         CHECK_THROWS_AS(jit::Target::parse(bad), Error);
     }
@@ -166,6 +171,35 @@ TEST_SUITE("compile-all")
                         CHECK(image.image.find(".entry " + entry + "(") != std::string::npos);
                     }
                 }
+            }
+        }
+    }
+}
+
+TEST_CASE("the sm_90a wgmma prefill GEMM compiles for compute_90a in every dtype, bits and entry")
+{
+    const jit::KernelSource& source = kernels::source_of_entry("nbits_prefill_gemm");
+    for (const char* entry : {"nbits_prefill_gemm", "nbits_prefill_gate_up"}) {
+        for (const int bf16 : {0, 1}) {
+            for (const int bits : {4, 8}) {
+                CAPTURE(entry);
+                CAPTURE(bf16);
+                CAPTURE(bits);
+                jit::CompileRequest request;
+                request.source = &source;
+                request.entries = {entry};
+                request.defines = {"NBITS_WGMMA=1", "NBITS_TILE_N=128", "NBITS_TILE_M=128", "NBITS_TILE_K=64",
+                                   "NBITS_WARPS_N=8", "NBITS_WARPS_M=1", "NBITS_WARPS_K=1", "NBITS_STAGES=4",
+                                   "NBITS_K=1000", "NBITS_HAS_ZP=1", fmt::format("NBITS_ACT_BF16={}", bf16),
+                                   fmt::format("NBITS_BITS={}", bits), "NBITS_BLOCK_SIZE=16"};
+                request.target = jit::Target::ptx(9, 0, true);
+                const jit::CompiledImage image = jit::compile(request);
+                CHECK(image.image.find(".target sm_90a") != std::string::npos);
+                CHECK(image.image.find(bf16 ? "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
+                                            : "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16") !=
+                      std::string::npos);
+                request.target = jit::Target::cubin(9, 0, true);
+                CHECK_FALSE(jit::compile(request).image.empty());
             }
         }
     }

@@ -52,7 +52,8 @@ TEST_CASE("Fastest prefill: the fused tensor-core GEMM up to M = 128, specialise
 {
     for (const std::size_t m : {17, 32, 64, 128}) {
         CAPTURE(m);
-        const LaunchPlan plan = fastest(node(4096, 14336), rows(m)).plan();
+        // Not sm_90, whose wgmma GEMM takes M = 128 of this node (below).
+        const LaunchPlan plan = fastest(node(4096, 14336), rows(m), Capabilities::a100()).plan();
         CHECK(plan.variant == "nbits_prefill_fused");
         REQUIRE(entries(plan) == std::vector<std::string>{"nbits_prefill_gemm"});
         const KernelStep& step = test::kernel_step(plan, 0);
@@ -61,8 +62,10 @@ TEST_CASE("Fastest prefill: the fused tensor-core GEMM up to M = 128, specialise
         CHECK(defines(step, "NBITS_BLOCK_SIZE=32"));
         CHECK(defines(step, "NBITS_HAS_ZP=0"));
         CHECK(defines(step, "NBITS_ACT_BF16=0"));
+        CHECK(defines(step, "NBITS_WGMMA=0"));
+        CHECK_FALSE(step.arch_specific);
         CHECK(step.configure_shared_memory);
-        CHECK(step.config.dynamic_shared_bytes <= Capabilities::h200().max_shared_memory_per_block_optin);
+        CHECK(step.config.dynamic_shared_bytes <= Capabilities::a100().max_shared_memory_per_block_optin);
         CHECK(plan.scratch_bytes.empty());
         CHECK(plan.capture_safe);
     }
@@ -82,13 +85,61 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
     CHECK(fastest(node(3584, 4608), rows(64)).plan().variant == "nbits_prefill_fused");
     // ... and fill a 46-SM part.
     CHECK(fastest(node(3584, 4608), rows(128), Capabilities::sm89_46()).plan().variant == "nbits_prefill_fused");
-    // Llama-3-8B up: 112 tiles; the paired gate/up node has twice the CTAs of its N.
-    CHECK(fastest(node(4096, 14336), rows(128)).plan().variant == "nbits_prefill_fused");
+    // Llama-3-8B up: 112 tiles (on sm_90 the wgmma GEMM takes it); the paired gate/up node has twice the CTAs of
+    // its N.
+    CHECK(fastest(node(4096, 14336), rows(128), Capabilities::a100()).plan().variant == "nbits_prefill_fused");
     CHECK(fastest(node(4096, 8192), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
     CHECK(fastest(test::marked(node(3584, 4608), kGateUpSwigluAttr), rows(128)).plan().variant ==
           "nbits_prefill_fused");
     CHECK(fastest(test::marked(node(3584, 2048), kGateUpSwigluAttr), rows(128)).plan().variant ==
           "nbits_prefill_dequantize_cublaslt");
+}
+
+TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 64 < M <= 256 when its grid fills three quarters of the SMs")
+{
+    for (const std::size_t m : {65, 128, 200, 256}) {
+        CAPTURE(m);
+        const LaunchPlan plan = fastest(node(4096, 14336), rows(m)).plan();
+        CHECK(plan.variant == "nbits_prefill_wgmma");
+        REQUIRE(entries(plan) == std::vector<std::string>{"nbits_prefill_gemm"});
+        const KernelStep& step = test::kernel_step(plan, 0);
+        CHECK(step.arch_specific);
+        CHECK(defines(step, "NBITS_WGMMA=1"));
+        CHECK(defines(step, "NBITS_TILE_N=128"));
+        CHECK(defines(step, "NBITS_TILE_M=128"));
+        CHECK(defines(step, "NBITS_TILE_K=64"));
+        CHECK(defines(step, "NBITS_WARPS_N=8"));
+        CHECK(step.config.grid == Dim3{112, static_cast<std::uint32_t>((m + 127) / 128), 1});
+        CHECK(step.config.block == Dim3{256, 1, 1});
+        // Four stages of 21504 bytes (1024-aligned) plus 1024 to align the base.
+        CHECK(step.config.dynamic_shared_bytes == 87040);
+        CHECK(step.configure_shared_memory);
+        CHECK(plan.scratch_bytes.empty());
+        CHECK(plan.capture_safe);
+    }
+    // Either side of the range: the mma.sync GEMM, the dequantised chunks.
+    CHECK(fastest(node(4096, 14336), rows(64)).plan().variant == "nbits_prefill_fused");
+    CHECK(fastest(node(4096, 14336), rows(257)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    // 48 column tiles (Llama-3-8B qkv) at M = 128 and 96 CTAs at M = 256 leave too many of the 132 SMs idle.
+    CHECK(fastest(node(4096, 6144), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(fastest(node(4096, 6144), rows(256)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    // Compute capability 9.0 only: sm_80, sm_89 and sm_120 keep their routes.
+    for (const Capabilities& device : {Capabilities::a100(), Capabilities::rtx4090(), Capabilities::rtx5090()}) {
+        CAPTURE(device.name);
+        CHECK(fastest(node(4096, 14336), rows(128), device).plan().variant != "nbits_prefill_wgmma");
+    }
+    // The paired gate/up node (64 output columns a CTA) and the RMS-norm prologue.
+    const LaunchPlan paired = fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(128)).plan();
+    CHECK(paired.variant == "nbits_prefill_wgmma");
+    REQUIRE(entries(paired) == std::vector<std::string>{"nbits_prefill_gate_up"});
+    CHECK(test::kernel_step(paired, 0).arch_specific);
+    CHECK(test::kernel_step(paired, 0).config.grid == Dim3{224, 1, 1});
+    test::Shapes normalized = rows(200);
+    normalized.gamma = DataType::Float16;
+    const LaunchPlan norm = fastest(test::marked(node(4096, 14336), kRmsNormPrologueAttr), normalized).plan();
+    CHECK(entries(norm) == std::vector<std::string>{"nbits_rmsnorm_rows", "nbits_prefill_gemm"});
+    CHECK_FALSE(test::kernel_step(norm, 0).arch_specific);
+    CHECK(test::kernel_step(norm, 1).arch_specific);
 }
 
 TEST_CASE("Fastest prefill beyond M = 128: dequantised column chunks through cuBLASLt, scratch within 64 MiB")

@@ -349,6 +349,69 @@ TEST_CASE("KernelPolicy::Fastest meets the float64 oracle on every feature combi
                            << worst_bf16.max_abs / std::max(worst_bf16.max_out, 1e-30f) << ")");
 }
 
+namespace {
+
+// Nodes whose grid fills the SMs at 64 < M <= 256, which sm_90 runs on the
+// wgmma GEMM (other GPUs on their own routes): every feature once, K tails
+// (a partial block, K not a multiple of 8), N not a whole tile.
+std::vector<FastestCase> wide_prefill_cases()
+{
+    std::vector<FastestCase> all;
+    for (int i = 0; i < 8; ++i) {
+        FastestCase c;
+        c.activation = i % 2 == 1 ? DataType::BFloat16 : DataType::Float16;
+        c.m = i < 4 ? 130 : 200;
+        c.bits = i % 3 == 2 ? 8 : 4;
+        const std::size_t blocks[] = {32, 128, 16, 64};
+        c.block_size = blocks[i % 4];
+        c.zero_points = i % 2 == 0;
+        c.f32_scales = i == 3;
+        c.bias = static_cast<Bias>(i % 4);
+        c.k = i == 5 ? 1000 : i == 6 ? 1003 : 512;
+        c.n = 6500;
+        if (i == 2) {
+            c.gamma = DataType::Float32;
+        }
+        if (i == 4 || i == 7) {
+            c.gate_up = true;
+            c.bias = Bias::None;
+            c.f32_scales = false;
+            c.n = 3300;
+        }
+        all.push_back(c);
+    }
+    return all;
+}
+
+}  // namespace
+
+TEST_CASE("the sm_90 wgmma prefill GEMM meets the float64 oracle on every feature")
+{
+    const bool sm90 = matmul_gpu().capabilities().sm() == 90;
+    std::vector<FastestNode> nodes;
+    std::uint64_t seed = 0x90a0000000000000ull;
+    for (const FastestCase& c : wide_prefill_cases()) {
+        nodes.push_back(make_node(c, seed++));
+    }
+    compile_in_parallel(nodes);
+    for (const FastestNode& node : nodes) {
+        const FastestCase& c = node.spec;
+        CAPTURE(c.describe());
+        const Outcome outcome = run_node(node);
+        CAPTURE(outcome.variant);
+        CAPTURE(outcome.error.describe());
+        if (sm90) {
+            CHECK(outcome.variant == "nbits_prefill_wgmma");
+        }
+        CHECK(outcome.error.all_finite);
+        if (c.activation == DataType::BFloat16) {
+            CHECK(outcome.error.max_abs <= 2e-2f * outcome.error.max_out);
+        } else {
+            CHECK(within_oracle_bound(outcome.error, c.bits == 8 ? 2e-3f : 1e-3f));
+        }
+    }
+}
+
 TEST_CASE("a Fastest run writes every element of Y, also for outputs that are not a whole tile")
 {
     for (const std::size_t m : {std::size_t{1}, std::size_t{7}, std::size_t{19}, std::size_t{150}}) {
@@ -388,6 +451,10 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
     add(DataType::BFloat16, 24, 4, 32, false, Bias::None, false, true);     // fused prefill gate/up
     add(DataType::Float16, 150, 8, 32, true, Bias::Folded, false, false);   // dequantise + cuBLASLt, bias rows
     add(DataType::BFloat16, 140, 4, 64, false, Bias::None, true, true);     // dequantise + cuBLASLt gate/up
+    add(DataType::Float16, 130, 4, 32, true, Bias::Plain, false, false);    // wgmma on sm_90
+    set.back().n = 6500;
+    add(DataType::BFloat16, 200, 8, 16, false, Bias::None, true, true);     // wgmma gate/up on sm_90
+    set.back().n = 3300;
     std::uint64_t seed = 0x5a17;
     for (const FastestCase& c : set) {
         CAPTURE(c.describe());

@@ -851,7 +851,8 @@ std::vector<BareStep> resolve_steps(CudaRuntime& runtime, const Bindings& bindin
     for (const ops::PlanStep& planned : bindings.plan.steps) {
         BareStep bare;
         if (const auto* step = std::get_if<ops::KernelStep>(&planned)) {
-            bare.function = internals.function(kernels::source(step->source), step->entry, step->defines);
+            bare.function =
+                internals.function(kernels::source(step->source), step->entry, step->defines, step->arch_specific);
             if (step->configure_shared_memory) {
                 internals.configure_dynamic_shared_memory(bare.function, step->config.dynamic_shared_bytes, step->what);
             }

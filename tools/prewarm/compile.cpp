@@ -153,14 +153,17 @@ public:
         }
     }
 
-    // Label-major, then the targets in the order given.
+    // Label-major, then the targets in the order given (an arch-specific
+    // target, sm_90a, in the place of its architecture).
     std::vector<CompileJob> jobs(const std::vector<jit::Target>& order) const
     {
         std::vector<CompileJob> jobs;
         for (const Spec& spec : specs_) {
             for (const jit::Target& target : order) {
-                if (std::find(spec.targets.begin(), spec.targets.end(), target) != spec.targets.end()) {
-                    jobs.push_back({spec.source, spec.entry, spec.defines, target});
+                for (const jit::Target& wanted : spec.targets) {
+                    if (wanted.major == target.major && wanted.minor == target.minor && wanted.kind == target.kind) {
+                        jobs.push_back({spec.source, spec.entry, spec.defines, wanted});
+                    }
                 }
             }
         }
@@ -748,7 +751,9 @@ JobPlan plan_jobs(const PrewarmOptions& options, const std::vector<jit::Target>&
                                 const jit::KernelSource& source = kernels::source(kernel->source);
                                 const std::string entry =
                                     options.granularity == CompileGranularity::Entry ? kernel->entry : "";
-                                set.add(source, entry, kernel->defines, target.target);
+                                jit::Target job_target = target.target;
+                                job_target.arch_specific = kernel->arch_specific;
+                                set.add(source, entry, kernel->defines, job_target);
                             }
                         } catch (const std::exception& error) {
                             fail(error.what(), where);
