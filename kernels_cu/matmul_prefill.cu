@@ -853,9 +853,8 @@ __device__ __forceinline__ u32 dequant_unit_pair(const u32* words, const int u, 
 [[maybe_unused]] constexpr int kWgmmaHalves = kWgmma ? kTileM / 128 : 1;  // 128-token wgmmas per k step
 
 // One k tile: the A fragments of its four k16 steps from rows r and r + 8,
-// each followed by its wgmma(s). Returns with this tile's wgmmas in flight
-// and the previous tile's complete, so that the stage before it may be
-// refilled once every warp has passed the next barrier.
+// each followed by its wgmma(s); waits for them before returning, so the
+// stage may be refilled once every warp has passed the next barrier.
 template <bool kPaired>
 __device__ __forceinline__ void compute_stage_wgmma(
     float (&acc)[kWgmmaHalves][64], const StageView& st, const u32 act_smem, const WeightSource<kPaired>& src,
@@ -893,12 +892,12 @@ __device__ __forceinline__ void compute_stage_wgmma(
         }
     }
     wgmma_commit();
-    wgmma_wait<1>();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int h = 0; h < kWgmmaHalves; ++h) fence_accumulators(acc[h]);
 }
 
-// The wgmma main loop, with gemm_mainloop's stages and epilogue layout. A
-// tile's wgmmas run on while the next one is dequantised, so its stage is
-// refilled two tiles later: copies run STAGES - 2 tiles ahead.
+// The wgmma main loop, with gemm_mainloop's stages and epilogue layout.
 template <bool kPaired>
 __device__ __forceinline__ void gemm_mainloop_wgmma(
     u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src, const int m, const int m0)
@@ -911,7 +910,7 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(
 
     const u32 smem_base = smem_addr(smem);
 #pragma unroll
-    for (int s = 0; s < kStages - 2; ++s) {
+    for (int s = 0; s < kStages - 1; ++s) {
         if (s < kTilesK) {
             load_stage(smem_base + s * kStageBytes, smem + s * kStageBytes, s, a, src, m, m0);
         }
@@ -919,11 +918,11 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(
     }
 #pragma unroll 1
     for (int tile = 0; tile < kTilesK; ++tile) {
-        cp_async_wait<kStages - 3>();
+        cp_async_wait<kStages - 2>();
         // The copies (generic proxy) become visible to wgmma (async proxy).
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
-        const int next = tile + kStages - 2;
+        const int next = tile + kStages - 1;
         if (next < kTilesK) {
             const int stage = next % kStages;
             load_stage(smem_base + stage * kStageBytes, smem + stage * kStageBytes, next, a, src, m, m0);
@@ -932,9 +931,6 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(
         const int stage = tile % kStages;
         compute_stage_wgmma(acc, stage_view(smem, stage), smem_base + stage * kStageBytes + kWBytes, src, tile);
     }
-    wgmma_wait<0>();
-#pragma unroll
-    for (int h = 0; h < kWgmmaHalves; ++h) fence_accumulators(acc[h]);
     cp_async_wait<0>();
     __syncthreads();
 
