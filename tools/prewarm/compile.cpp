@@ -445,8 +445,12 @@ std::string prewarm_table(const PrewarmRun& run)
     };
     std::map<std::string, Totals> totals;
     for (std::size_t i = 0; i < jobs.size(); ++i) {
-        const std::string label = jobs[i].label();
-        const std::string target = jobs[i].target.str();
+        // An arch-specific image (sm_90a) sits in its architecture's column, marked in its row.
+        jit::Target column = jobs[i].target;
+        column.arch_specific = false;
+        const std::string label =
+            jobs[i].label() + (jobs[i].target.arch_specific ? " (" + jobs[i].target.str() + ")" : "");
+        const std::string target = column.str();
         if (cells.find(label) == cells.end()) {
             labels.push_back(label);
         }
