@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace nbits {
 
@@ -22,6 +23,10 @@ struct AllocationCounters {
 // of every nbits call), the device capabilities, counted allocations, the JIT
 // module cache, a stream-ordered scratch pool and the cuBLASLt handle.
 // Thread-safe: any number of threads may use one runtime.
+namespace ops {
+struct LaunchPlan;
+}
+
 class CudaRuntime {
 public:
     // Throws Error(NoDriver) without a driver, Error(NoDevice) without the
@@ -50,6 +55,14 @@ public:
     void dtod_async(CUdeviceptr destination, CUdeviceptr source, std::size_t bytes);  // ordered on the stream
     void memset_async(CUdeviceptr destination, std::uint8_t value, std::size_t bytes);
     void synchronize();
+
+    // Compiles (or loads from the disk cache) and loads every kernel the
+    // plans launch, each once, on up to `threads` threads at a time (0: one
+    // per hardware thread), so that the first runs of those plans compile
+    // nothing. For an engine's session start, with the plans of the nodes and
+    // row counts it expects (MatMulNBits::plan). Throws the first compile or
+    // load error once every thread has finished; what did load stays loaded.
+    void prepare(const std::vector<const ops::LaunchPlan*>& plans, unsigned threads = 0);
 
     // nbits' own machinery (JIT, launches, pool, cuBLASLt): defined in the
     // library's sources, not part of the installed API.

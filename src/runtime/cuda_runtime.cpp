@@ -4,10 +4,20 @@
 #include "jit/environment.hpp"
 #include "nbits/error.hpp"
 
+#include "kernels.hpp"
+#include "nbits/launch_plan.hpp"
+
 #include <cublasLt.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
+#include <exception>
 #include <limits>
+#include <mutex>
+#include <set>
+#include <system_error>
+#include <thread>
 
 namespace nbits {
 namespace {
@@ -335,6 +345,67 @@ const Capabilities& CudaRuntime::capabilities() const { return internals_->capab
 CUdeviceptr CudaRuntime::alloc_raw(std::size_t bytes) { return internals_->allocate(bytes); }
 void CudaRuntime::free_raw(CUdeviceptr pointer) { internals_->release(pointer); }
 AllocationCounters CudaRuntime::counters() const { return internals_->counters(); }
+
+void CudaRuntime::prepare(const std::vector<const ops::LaunchPlan*>& plans, unsigned threads)
+{
+    std::vector<const ops::KernelStep*> steps;
+    std::set<std::string> seen;
+    for (const ops::LaunchPlan* plan : plans) {
+        if (plan == nullptr) {
+            continue;
+        }
+        for (const ops::PlanStep& planned : plan->steps) {
+            const auto* step = std::get_if<ops::KernelStep>(&planned);
+            if (step == nullptr) {
+                continue;
+            }
+            std::string key = step->source + '\n' + step->entry + (step->arch_specific ? "\na" : "\n");
+            for (const std::string& define : step->defines) {
+                key.append("\n").append(define);
+            }
+            if (seen.insert(std::move(key)).second) {
+                steps.push_back(step);
+            }
+        }
+    }
+    const unsigned wanted = threads != 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
+    const std::size_t count = std::min<std::size_t>(wanted, steps.size());
+    std::atomic<std::size_t> next{0};
+    std::mutex failure_mutex;
+    std::exception_ptr failure;
+    auto work = [&] {
+        for (std::size_t i = next++; i < steps.size(); i = next++) {
+            const ops::KernelStep& step = *steps[i];
+            try {
+                const CUfunction function = internals_->function(kernels::source(step.source), step.entry,
+                                                                 step.defines, step.arch_specific);
+                if (step.configure_shared_memory) {
+                    internals_->configure_dynamic_shared_memory(function, step.config.dynamic_shared_bytes, step.what);
+                }
+            } catch (...) {
+                const std::lock_guard<std::mutex> lock(failure_mutex);
+                if (!failure) {
+                    failure = std::current_exception();
+                }
+            }
+        }
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t t = 1; t < count; ++t) {
+        try {
+            pool.emplace_back(work);
+        } catch (const std::system_error&) {
+            break;  // no more threads: the ones running and this one take the rest
+        }
+    }
+    work();
+    for (std::thread& thread : pool) {
+        thread.join();
+    }
+    if (failure) {
+        std::rethrow_exception(failure);
+    }
+}
 
 void CudaRuntime::htod(CUdeviceptr destination, const void* source, std::size_t bytes)
 {

@@ -7,6 +7,7 @@
 #include "gpu_fixture.hpp"
 #include "jit/disk_cache.hpp"
 #include "kernels.hpp"
+#include "nbits/launch_plan.hpp"
 
 #include <doctest/doctest.h>
 
@@ -40,10 +41,46 @@ std::string prewarm_cubin(const TempDir& dir)
     return cache.path_of(jit::ImageKey::for_request(request));
 }
 
+ops::KernelStep kernel_step(const std::string& entry)
+{
+    ops::KernelStep step;
+    step.source = kernels::source_of_entry(entry).name();
+    step.entry = entry;
+    return step;
+}
+
 }  // namespace
 
 TEST_SUITE("disk cache on the GPU")
 {
+    TEST_CASE("CudaRuntime::prepare loads every kernel of the plans once, in parallel; later lookups compile nothing")
+    {
+        TempDir dir;
+        CudaRuntime runtime(cached_in(dir));
+        const char* const gate_up = "matmul_nbits_gemv_f16_gate_up_swiglu";
+        const char* const down = "matmul_nbits_gemv_f16_scales_f16_down_c2";
+        ops::LaunchPlan first;
+        first.steps = {kernel_step(kEntry), kernel_step(gate_up)};
+        ops::LaunchPlan second;
+        second.steps = {kernel_step(kEntry), kernel_step(down)};  // kEntry again: loaded once
+        runtime.prepare({&first, &second, nullptr});
+        CHECK(runtime.internals().modules().stats().compiles == 3);
+        CHECK(runtime.internals().modules().stats().modules == 3);
+        for (const char* entry : {kEntry, gate_up, down}) {
+            CHECK(runtime.internals().function(kernels::source_of_entry(entry), entry) != nullptr);
+        }
+        CHECK(runtime.internals().modules().stats().compiles == 3);
+
+        // A step that cannot load fails the call once the others have loaded.
+        TempDir other_dir;
+        CudaRuntime other(cached_in(other_dir));
+        ops::LaunchPlan broken;
+        broken.steps = {kernel_step(kEntry), kernel_step(kEntry)};
+        std::get<ops::KernelStep>(broken.steps[1]).entry = "no_such_entry";
+        CHECK_THROWS_WITH_AS(other.prepare({&broken}, 2), doctest::Contains("no_such_entry"), Error);
+        CHECK(other.internals().modules().stats().compiles == 1);
+    }
+
     TEST_CASE("a runtime loads the prewarmed CUBIN for its GPU and compiles nothing")
     {
         TempDir dir;

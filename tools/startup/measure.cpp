@@ -120,11 +120,14 @@ double prewarm(const std::string& directory, const jit::Target& target)
 }
 
 void run_mode(ModeResult& mode, const std::string& cache_dir, CompileGranularity granularity, int device,
-              std::int64_t hits, GpuMeasurement* hit_samples)
+              std::int64_t hits, GpuMeasurement* hit_samples, bool prepare = false)
 {
-    const std::vector<std::string> arguments = {
+    std::vector<std::string> arguments = {
         "--child", "--cache-dir", cache_dir, "--granularity", to_string(granularity),
         "--device", std::to_string(device), "--child-hits", std::to_string(hits)};
+    if (prepare) {
+        arguments.emplace_back("--prepare");
+    }
     // The driver's own JIT cache would hide the PTX-to-SASS step of a cold start.
     const std::map<std::string, std::string> environment = {
         {"CUDA_CACHE_DISABLE", "1"}, {"NBITS_CACHE", "on"}, {"NBITS_CACHE_DIR", ""}, {"NBITS_CACHE_MAX_BYTES", ""}};
@@ -253,11 +256,13 @@ GpuMeasurement measure_gpu(const StartupOptions& options)
         {"cold_source", "cold: empty cache, whole-source compile"},
         {"warm_cubin", "warm: prewarmed " + target.str() + " CUBIN"},
         {"warm_ptx", "warm: PTX a cold run left"},
+        {"cold_prepared", "cold: empty cache, per entry, CudaRuntime::prepare (parallel)"},
     };
     ModeResult& cold_entry = measurement.modes[0];
     ModeResult& cold_source = measurement.modes[1];
     ModeResult& warm_cubin = measurement.modes[2];
     ModeResult& warm_ptx = measurement.modes[3];
+    ModeResult& cold_prepared = measurement.modes[4];
     // Modes interleave within each repeat, so that drift in the machine's
     // state spreads over all of them alike.
     for (int r = 0; r < options.repeats && !measurement.failed(); ++r) {
@@ -268,6 +273,8 @@ GpuMeasurement measure_gpu(const StartupOptions& options)
                  options.device, 0, nullptr);
         run_mode(warm_cubin, prewarmed, CompileGranularity::Entry, options.device, options.hits, &measurement);
         run_mode(warm_ptx, cold_dir, CompileGranularity::Entry, options.device, 0, nullptr);
+        run_mode(cold_prepared, scratch.path("cold-prepared-" + std::to_string(r)), CompileGranularity::Entry,
+                 options.device, 0, nullptr, true);
     }
     return measurement;
 }

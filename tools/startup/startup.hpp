@@ -27,6 +27,7 @@ inline constexpr int kExitNoGpu = 3;
 // The targets for a decode step.
 inline constexpr double kWarmStepTargetMs = 20.0;  // prewarmed cache: every function of the step
 inline constexpr double kHitTargetNs = 1000.0;     // in-process lookup, amortized
+inline constexpr double kColdStepTargetMs = 100.0;  // empty cache: every function of the step, after the runtime
 
 // The entries one decode step of a transformer layer launches (fp16
 // activations, int4 block-32, fp16 scales, symmetric), first-launched first.
@@ -53,6 +54,7 @@ struct ChildOptions {
     CompileGranularity granularity = CompileGranularity::Entry;
     std::int64_t spawned_at_ns = 0;  // the parent's CLOCK_MONOTONIC just before it spawned this process
     std::int64_t hits = 0;           // in-process lookups to time after loading
+    bool prepare = false;            // load the step's entries through CudaRuntime::prepare (in parallel)
 };
 
 struct StartupOptions {
