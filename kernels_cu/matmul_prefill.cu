@@ -854,7 +854,10 @@ __device__ __forceinline__ u32 dequant_unit_pair(const u32* words, const int u, 
 
 // One k tile: the A fragments of its four k16 steps from rows r and r + 8,
 // each followed by its wgmma(s); waits for them before returning, so the
-// stage may be refilled once every warp has passed the next barrier.
+// stage may be refilled once every warp has passed the next barrier. Not
+// waiting (one tile in flight while the next is dequantised) let ptxas give
+// the in-flight A registers to the next tile under the 128-register cap of
+// two CTAs an SM: wrong results on the H200.
 template <bool kPaired>
 __device__ __forceinline__ void compute_stage_wgmma(
     float (&acc)[kWgmmaHalves][64], const StageView& st, const u32 act_smem, const WeightSource<kPaired>& src,
