@@ -380,13 +380,13 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
 }
 
 // sm_90 (wgmma is arch-specific: compute 9.0 exactly) for 64 < M <= 256 when
-// the grid of 128 x 128 tiles fills three quarters of the SMs. H200 lab runs
-// (fp16/bf16, int4 block 32 and 128 + zero points): Llama-3-8B up M = 128
-// 54.1 us against 84.7 fused on mma.sync, M = 256 82.6 against 111.0
-// dequantised; Llama-3-70B up M = 128 about 164 against 264.8; past M = 256
-// the dequantise + cuBLASLt route is faster (8B up M = 512: 162.5 against
-// about 130), and a grid short of the SMs (8B qkv, N = 6144 at M = 128: 48
-// CTAs, 54 us against 25 dequantised) leaves too many idle.
+// the grid of 128 x 128 tiles fills three quarters of the SMs. On the H200
+// (nbits-bench, fp16 int4 block 32): Llama-3-8B up M = 128 58.5 us against
+// 84.6 fused on mma.sync, M = 256 85.2 against 111.0 dequantised; Llama-3-70B
+// up M = 128 161.9 against 263.9; past M = 256 the dequantise + cuBLASLt
+// route is faster (8B up M = 512: 139 against about 163 in the lab), and a
+// grid short of the SMs (8B qkv, N = 6144 at M = 128: 48 CTAs, 54 us in the
+// lab against 25 dequantised) leaves too many idle.
 bool wgmma_prefill(const FastestRequest& fastest)
 {
     const Capabilities& device = fastest.request.context.capabilities;
