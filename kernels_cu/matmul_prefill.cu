@@ -900,17 +900,15 @@ __device__ __forceinline__ void compute_stage_wgmma(
     for (int h = 0; h < kWgmmaHalves; ++h) fence_accumulators(acc[h]);
 }
 
-// The wgmma main loop, with gemm_mainloop's stages and epilogue layout.
-template <bool kPaired>
-__device__ __forceinline__ void gemm_mainloop_wgmma(
-    u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src, const int m, const int m0)
+// The cp.async pipeline over K shared by both main loops: STAGES - 1 k tiles
+// in flight, compute(stage, its shared address, tile) once tile's copies
+// have landed and every warp has finished the tile whose stage the next
+// copies refill.
+template <bool kPaired, class Compute>
+__device__ __forceinline__ void staged_k_tiles(
+    u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src, const int m, const int m0,
+    Compute compute)
 {
-    float acc[kWgmmaHalves][64];
-#pragma unroll
-    for (int h = 0; h < kWgmmaHalves; ++h)
-#pragma unroll
-        for (int i = 0; i < 64; ++i) acc[h][i] = 0.0f;
-
     const u32 smem_base = smem_addr(smem);
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
@@ -922,8 +920,10 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(
 #pragma unroll 1
     for (int tile = 0; tile < kTilesK; ++tile) {
         cp_async_wait<kStages - 2>();
-        // The copies (generic proxy) become visible to wgmma (async proxy).
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        if (kWgmma) {
+            // The copies (generic proxy) become visible to wgmma (async proxy).
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        }
         __syncthreads();
         const int next = tile + kStages - 1;
         if (next < kTilesK) {
@@ -932,10 +932,26 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(
         }
         cp_async_commit();
         const int stage = tile % kStages;
-        compute_stage_wgmma(acc, stage_view(smem, stage), smem_base + stage * kStageBytes + kWBytes, src, tile);
+        compute(stage, smem_base + stage * kStageBytes, tile);
     }
     cp_async_wait<0>();
     __syncthreads();
+}
+
+// The wgmma main loop, with gemm_mainloop's stages and epilogue layout.
+template <bool kPaired>
+__device__ __forceinline__ void gemm_mainloop_wgmma(
+    u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src, const int m, const int m0)
+{
+    float acc[kWgmmaHalves][64];
+#pragma unroll
+    for (int h = 0; h < kWgmmaHalves; ++h)
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc[h][i] = 0.0f;
+
+    staged_k_tiles(smem, a, src, m, m0, [&](const int stage, const u32 stage_address, const int tile) {
+        compute_stage_wgmma(acc, stage_view(smem, stage), stage_address + kWBytes, src, tile);
+    });
 
     const int lane = (int)threadIdx.x & 31;
     const int g = lane >> 2;
@@ -984,29 +1000,9 @@ __device__ __forceinline__ void gemm_mainloop(
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][f][e] = 0.0f;
 
-    const u32 smem_base = smem_addr(smem);
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-        if (s < kTilesK) {
-            load_stage(smem_base + s * kStageBytes, smem + s * kStageBytes, s, a, src, m, m0);
-        }
-        cp_async_commit();
-    }
-#pragma unroll 1
-    for (int tile = 0; tile < kTilesK; ++tile) {
-        cp_async_wait<kStages - 2>();
-        __syncthreads();
-        const int next = tile + kStages - 1;
-        if (next < kTilesK) {
-            const int stage = next % kStages;
-            load_stage(smem_base + stage * kStageBytes, smem + stage * kStageBytes, next, a, src,
-                m, m0);
-        }
-        cp_async_commit();
-        compute_stage(acc, stage_view(smem, tile % kStages), src, tile);
-    }
-    cp_async_wait<0>();
-    __syncthreads();
+    staged_k_tiles(smem, a, src, m, m0, [&](const int stage, u32, const int tile) {
+        compute_stage(acc, stage_view(smem, stage), src, tile);
+    });
 
     const int lane = (int)threadIdx.x & 31;
     const int warp = (int)threadIdx.x >> 5;
