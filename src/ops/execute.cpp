@@ -1,7 +1,6 @@
 #include "ops/execute.hpp"
 
 #include "blas/gemm.hpp"
-#include "kernels.hpp"
 #include "ops/plan_internal.hpp"
 #include "runtime/internals.hpp"
 
@@ -155,13 +154,7 @@ PlanFunctions load_plan_functions(CudaRuntime& runtime, const LaunchPlan& plan,
             functions.push_back(nullptr);
             continue;
         }
-        const jit::KernelSource* source = source_override ? source_override(*step) : nullptr;
-        const CUfunction function = internals.function(source != nullptr ? *source : kernels::source(step->source),
-                                                       step->entry, step->defines, step->arch_specific);
-        if (step->configure_shared_memory) {
-            internals.configure_dynamic_shared_memory(function, step->config.dynamic_shared_bytes, step->what);
-        }
-        functions.push_back(function);
+        functions.push_back(internals.step_function(*step, source_override ? source_override(*step) : nullptr));
     }
     return functions;
 }

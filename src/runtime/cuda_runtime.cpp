@@ -290,6 +290,16 @@ void CudaRuntime::Internals::configure_dynamic_shared_memory(CUfunction function
     }
 }
 
+CUfunction CudaRuntime::Internals::step_function(const ops::KernelStep& step, const jit::KernelSource* source)
+{
+    const CUfunction loaded = function(source != nullptr ? *source : kernels::source(step.source), step.entry,
+                                       step.defines, step.arch_specific);
+    if (step.configure_shared_memory) {
+        configure_dynamic_shared_memory(loaded, step.config.dynamic_shared_bytes, step.what);
+    }
+    return loaded;
+}
+
 void CudaRuntime::Internals::launch(CUfunction function, const LaunchConfig& config, KernelArgs& args,
                                     CUstream stream, std::string_view what)
 {
@@ -375,13 +385,8 @@ void CudaRuntime::prepare(const std::vector<const ops::LaunchPlan*>& plans, unsi
     std::exception_ptr failure;
     auto work = [&] {
         for (std::size_t i = next++; i < steps.size(); i = next++) {
-            const ops::KernelStep& step = *steps[i];
             try {
-                const CUfunction function = internals_->function(kernels::source(step.source), step.entry,
-                                                                 step.defines, step.arch_specific);
-                if (step.configure_shared_memory) {
-                    internals_->configure_dynamic_shared_memory(function, step.config.dynamic_shared_bytes, step.what);
-                }
+                internals_->step_function(*steps[i]);
             } catch (...) {
                 const std::lock_guard<std::mutex> lock(failure_mutex);
                 if (!failure) {

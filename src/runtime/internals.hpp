@@ -27,6 +27,10 @@ struct cublasLtContext;
 
 namespace nbits {
 
+namespace ops {
+struct KernelStep;
+}
+
 // What `configure_dynamic_shared_memory` does for a request.
 enum class SharedMemoryAction {
     Unchanged,   // fits the default per-block budget
@@ -79,6 +83,11 @@ public:
     // grows, so operators sharing a function never lower it under each
     // other); throws (never launches) beyond the opt-in one.
     void configure_dynamic_shared_memory(CUfunction function, std::uint32_t requested, std::string_view what);
+
+    // The loaded function of a planned kernel step (from `source`, else the
+    // embedded source the step names), its dynamic shared memory configured
+    // as the step asks.
+    CUfunction step_function(const ops::KernelStep& step, const jit::KernelSource* source = nullptr);
 
     // The one launch helper: `what` names the launch in errors.
     void launch(CUfunction function, const LaunchConfig& config, KernelArgs& args, CUstream stream,

@@ -8,7 +8,6 @@
 #include "blas/gemm.hpp"
 #include "cuda/driver.hpp"
 #include "host_reference.hpp"
-#include "kernels.hpp"
 #include "runtime/internals.hpp"
 #include "runtime/kernel_args.hpp"
 
@@ -851,11 +850,7 @@ std::vector<BareStep> resolve_steps(CudaRuntime& runtime, const Bindings& bindin
     for (const ops::PlanStep& planned : bindings.plan.steps) {
         BareStep bare;
         if (const auto* step = std::get_if<ops::KernelStep>(&planned)) {
-            bare.function =
-                internals.function(kernels::source(step->source), step->entry, step->defines, step->arch_specific);
-            if (step->configure_shared_memory) {
-                internals.configure_dynamic_shared_memory(bare.function, step->config.dynamic_shared_bytes, step->what);
-            }
+            bare.function = internals.step_function(*step);
             bare.config = step->config;
             bare.what = step->what;
             for (const ops::KernelArg& arg : step->args) {
