@@ -59,16 +59,23 @@
 //   NBITS_WGMMA      [0]   1: sm_90a warpgroup MMA (wgmma.mma_async) main loop;
 //                          needs TILE_N 128, TILE_K 64, WARPS_N 8, WARPS_M 1,
 //                          WARPS_K 1, TILE_M 128 or 256, and compute_90a
+//   NBITS_SPLIT_K    [1]   CTAs sharing one output tile (1..8, compute_90+):
+//                          a thread block cluster of SPLIT_K CTAs along z,
+//                          CTA z taking k tiles [z T, z T + T) with T =
+//                          ceil(k tiles / SPLIT_K); each stages its fp32
+//                          partial tile and the epilogue sums the cluster's
+//                          partials in z order through distributed shared
+//                          memory, every CTA storing its share of the tile
 //   NBITS_NORM_THREADS [256], NBITS_DEQ_THREADS [256], NBITS_DEQ_UNITS [4]
 // Constraints (static_assert): TILE_N / WARPS_N % 16 == 0, TILE_M / WARPS_M
 // % 8 == 0, UNITS = TILE_K / WARPS_K / 32 in {1, 2, 4}, 8 * UNITS <=
 // BLOCK_SIZE, TILE_N % 32 == 0 (paired: % 64 == 0).
 //
 // Launch geometry (THREADS = 32 * WARPS_N * WARPS_M * WARPS_K):
-//   nbits_prefill_gemm     grid (ceil(N / TILE_N), ceil(M / TILE_M)),
+//   nbits_prefill_gemm     grid (ceil(N / TILE_N), ceil(M / TILE_M), SPLIT_K),
 //                          block THREADS, dynamic smem SMEM (below)
-//   nbits_prefill_gate_up  grid (ceil(N / (TILE_N / 2)), ceil(M / TILE_M)),
-//                          block THREADS, dynamic smem SMEM
+//   nbits_prefill_gate_up  grid (ceil(N / (TILE_N / 2)), ceil(M / TILE_M),
+//                          SPLIT_K), block THREADS, dynamic smem SMEM
 //   nbits_dequantize       grid ceil(n_count * ceil(K / 8) / (DEQ_THREADS *
 //                          DEQ_UNITS)), block DEQ_THREADS, no dynamic smem
 //   nbits_rmsnorm_rows     grid rows, block NORM_THREADS, no dynamic smem
@@ -145,6 +152,9 @@
 #endif
 #ifndef NBITS_WGMMA
 #define NBITS_WGMMA 0
+#endif
+#ifndef NBITS_SPLIT_K
+#define NBITS_SPLIT_K 1
 #endif
 #ifndef NBITS_NORM_THREADS
 #define NBITS_NORM_THREADS 256
@@ -342,6 +352,27 @@ __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" :: "n"(pending) : "memory");
 }
 
+// Thread block cluster barrier for every thread of every CTA of the cluster:
+// shared-memory writes of any CTA before it (release) are visible to reads of
+// any CTA after it (acquire).
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// The 16 bytes at this CTA's shared address `address`, read from the same
+// address of CTA `rank` of the cluster (distributed shared memory).
+__device__ __forceinline__ float4 cluster_load_f4(const u32 address, const int rank)
+{
+    u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(address), "r"(rank));
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
+    return v;
+}
+
 // c += a . b, m16n8k16, fp32 accumulators.
 __device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], const u32 b0, const u32 b1)
 {
@@ -395,6 +426,8 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], cons
 [[maybe_unused]] constexpr int kSmemSlack = kWgmma ? 1024 : 0;
 [[maybe_unused]] constexpr int kStageBytes =
     (kWBytes + kABytes + kSBytes + kZBytes + kStageAlign - 1) / kStageAlign * kStageAlign;
+[[maybe_unused]] constexpr int kSplitK = NBITS_SPLIT_K;
+[[maybe_unused]] constexpr int kTilesPerSplit = (kTilesK + kSplitK - 1) / kSplitK;
 [[maybe_unused]] constexpr int kEpiStride = kTileN + 4;  // floats per staged token row
 [[maybe_unused]] constexpr int kEpiBytes = kWarpsK * kTileM * kEpiStride * 4;
 [[maybe_unused]] constexpr int kSmemBytes =
@@ -408,6 +441,7 @@ static_assert(kChunks >= 8, "TILE_K >= 64");
 static_assert(8 * kUnits <= kBlockSize, "a thread's k range must lie in one block");
 static_assert(kTileN % 32 == 0, "TILE_N multiple of 32");
 static_assert(kStages >= 2, "at least two stages");
+static_assert(kSplitK >= 1 && kSplitK <= 8, "NBITS_SPLIT_K is 1..8 (a portable cluster size)");
 static_assert(!kWgmma || (kTileN == 128 && kTileK == 64 && kWarpsN == 8 && kWarpsM == 1 && kWarpsK == 1 &&
                           (kTileM == 128 || kTileM == 256) && kStages >= 3),
     "NBITS_WGMMA needs TILE_N 128, TILE_K 64, WARPS 8 x 1 x 1, TILE_M 128 or 256, STAGES >= 3");
@@ -900,39 +934,47 @@ __device__ __forceinline__ void compute_stage_wgmma(
     for (int h = 0; h < kWgmmaHalves; ++h) fence_accumulators(acc[h]);
 }
 
-// The cp.async pipeline over K shared by both main loops: STAGES - 1 k tiles
-// in flight, compute(stage, its shared address, tile) once tile's copies
-// have landed and every warp has finished the tile whose stage the next
-// copies refill.
+// This CTA's place in its split-K cluster (0 without split-K).
+__device__ __forceinline__ int split_index()
+{
+    return kSplitK > 1 ? (int)blockIdx.z : 0;
+}
+
+// The cp.async pipeline over this CTA's k tiles, shared by both main loops:
+// STAGES - 1 tiles in flight, compute(stage, its shared address, tile) once
+// tile's copies have landed and every warp has finished the tile whose stage
+// the next copies refill. Without split-K the CTA takes every k tile.
 template <bool kPaired, class Compute>
 __device__ __forceinline__ void staged_k_tiles(
     u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src, const int m, const int m0,
     Compute compute)
 {
+    const int first = split_index() * kTilesPerSplit;
+    const int count = min(kTilesK - first, kTilesPerSplit);
     const u32 smem_base = smem_addr(smem);
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-        if (s < kTilesK) {
-            load_stage(smem_base + s * kStageBytes, smem + s * kStageBytes, s, a, src, m, m0);
+        if (s < count) {
+            load_stage(smem_base + s * kStageBytes, smem + s * kStageBytes, first + s, a, src, m, m0);
         }
         cp_async_commit();
     }
 #pragma unroll 1
-    for (int tile = 0; tile < kTilesK; ++tile) {
+    for (int i = 0; i < count; ++i) {
         cp_async_wait<kStages - 2>();
         if (kWgmma) {
             // The copies (generic proxy) become visible to wgmma (async proxy).
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         }
         __syncthreads();
-        const int next = tile + kStages - 1;
-        if (next < kTilesK) {
+        const int next = i + kStages - 1;
+        if (next < count) {
             const int stage = next % kStages;
-            load_stage(smem_base + stage * kStageBytes, smem + stage * kStageBytes, next, a, src, m, m0);
+            load_stage(smem_base + stage * kStageBytes, smem + stage * kStageBytes, first + next, a, src, m, m0);
         }
         cp_async_commit();
-        const int stage = tile % kStages;
-        compute(stage, smem_base + stage * kStageBytes, tile);
+        const int stage = i % kStages;
+        compute(stage, smem_base + stage * kStageBytes, first + i);
     }
     cp_async_wait<0>();
     __syncthreads();
@@ -1027,7 +1069,8 @@ __device__ __forceinline__ void gemm_mainloop(
     __syncthreads();
 }
 
-// Sum over the k-splitting warps of 8 staged values from CTA weight row r0.
+// Sum of 8 staged values from CTA weight row r0 over the k-splitting warps
+// and, with split-K, over the CTAs of the cluster in z order.
 __device__ __forceinline__ void staged_values(
     float (&v)[8], const u8* smem, const int tok, const int r0)
 {
@@ -1035,14 +1078,30 @@ __device__ __forceinline__ void staged_values(
 #pragma unroll
     for (int e = 0; e < 8; ++e) v[e] = 0.0f;
 #pragma unroll
-    for (int wk = 0; wk < kWarpsK; ++wk) {
-        const float* p = epi + (wk * kTileM + tok) * kEpiStride + r0;
-        const float4 x = *reinterpret_cast<const float4*>(p);
-        const float4 y = *reinterpret_cast<const float4*>(p + 4);
-        v[0] += x.x; v[1] += x.y; v[2] += x.z; v[3] += x.w;
-        v[4] += y.x; v[5] += y.y; v[6] += y.z; v[7] += y.w;
+    for (int rank = 0; rank < kSplitK; ++rank) {
+#pragma unroll
+        for (int wk = 0; wk < kWarpsK; ++wk) {
+            const float* p = epi + (wk * kTileM + tok) * kEpiStride + r0;
+            float4 x;
+            float4 y;
+            if constexpr (kSplitK > 1) {
+                x = cluster_load_f4(smem_addr(p), rank);
+                y = cluster_load_f4(smem_addr(p + 4), rank);
+            } else {
+                x = *reinterpret_cast<const float4*>(p);
+                y = *reinterpret_cast<const float4*>(p + 4);
+            }
+            v[0] += x.x; v[1] += x.y; v[2] += x.z; v[3] += x.w;
+            v[4] += y.x; v[5] += y.y; v[6] += y.z; v[7] += y.w;
+        }
     }
 }
+
+// The epilogue items (token, group of 8 columns) of an output tile this
+// thread stores: with split-K the cluster's CTAs share them, each reading
+// every CTA's partials.
+__device__ __forceinline__ int first_epilogue_item() { return (int)threadIdx.x + split_index() * kThreads; }
+[[maybe_unused]] constexpr int kEpilogueStride = kThreads * kSplitK;
 
 union Act8 {
     uint4 raw;
@@ -1069,6 +1128,13 @@ __device__ __forceinline__ void store8(
 
 using namespace nbits_prefill;
 
+// Split-K CTAs of one output tile form a cluster (compute_90+).
+#if NBITS_SPLIT_K > 1
+#define NBITS_CLUSTER __cluster_dims__(1, 1, NBITS_SPLIT_K)
+#else
+#define NBITS_CLUSTER
+#endif
+
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm || NBITS_ENTRY_nbits_prefill_gate_up
 // The dynamic shared memory the two GEMM entries need (prefill_smem_bytes
 // above), readable with cuModuleGetGlobal to check a host-side formula.
@@ -1079,7 +1145,7 @@ extern "C" __constant__ int nbits_prefill_smem_bytes = kSmemBytes;
 // y[m, n] = a[m, K] . dequant(b)^T (+ bias). bias_row_stride: 0 broadcasts
 // bias[n]; n reads a per-token [m, n] residual. Ignored when NBITS_BIAS_MODE
 // is 0.
-extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_prefill_gemm(
+extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) NBITS_CLUSTER nbits_prefill_gemm(
     const act_t* __restrict__ a,          // align 2; align 16 when K%8==0
     const u8* __restrict__ b,             // align 8; align 16 when B_ROW%16==0
     const scale_t* __restrict__ scales,   // align 4
@@ -1101,9 +1167,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_pre
     src.n = n;
     const int m0 = tile.y * kTileM;
     gemm_mainloop(smem, a, src, m, m0);
+    if constexpr (kSplitK > 1) {
+        cluster_sync();  // every CTA's partial tile is staged
+    }
 
     constexpr int kGroups = kTileN / 8;
-    for (int item = (int)threadIdx.x; item < kTileM * kGroups; item += kThreads) {
+    for (int item = first_epilogue_item(); item < kTileM * kGroups; item += kEpilogueStride) {
         const int tok = item / kGroups;
         const int r0 = (item % kGroups) * 8;
         const int row = m0 + tok;
@@ -1133,6 +1202,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_pre
         }
         store8(y, out, row, col0, n);
     }
+    if constexpr (kSplitK > 1) {
+        cluster_sync();  // the cluster has read this CTA's partials
+    }
 }
 #endif
 
@@ -1140,7 +1212,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_pre
 // y[m, n] = T(silu(a . gate^T) * (a . up^T)) for the two weight sets of a
 // paired node (same K, N, bits, block size, scale type, zero-point presence),
 // from the fp32 accumulators with one rounding at the end.
-extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_prefill_gate_up(
+extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) NBITS_CLUSTER nbits_prefill_gate_up(
     const act_t* __restrict__ a,          // align 2; align 16 when K%8==0
     const u8* __restrict__ b_gate,        // align 8; align 16 when B_ROW%16==0
     const scale_t* __restrict__ scales_gate,  // align 4
@@ -1167,9 +1239,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_pre
     src.n = n;
     const int m0 = tile.y * kTileM;
     gemm_mainloop(smem, a, src, m, m0);
+    if constexpr (kSplitK > 1) {
+        cluster_sync();  // every CTA's partial tile is staged
+    }
 
     constexpr int kGroups = kTileN / 2 / 8;
-    for (int item = (int)threadIdx.x; item < kTileM * kGroups; item += kThreads) {
+    for (int item = first_epilogue_item(); item < kTileM * kGroups; item += kEpilogueStride) {
         const int tok = item / kGroups;
         const int r0 = (item % kGroups) * 8;
         const int row = m0 + tok;
@@ -1187,6 +1262,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) nbits_pre
             out.e[e] = to_act(x / (1.0f + expf(-x)) * up[e]);
         }
         store8(y, out, row, col0, n);
+    }
+    if constexpr (kSplitK > 1) {
+        cluster_sync();  // the cluster has read this CTA's partials
     }
 }
 #endif

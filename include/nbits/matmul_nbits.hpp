@@ -54,25 +54,34 @@ struct MatMulNBitsConfig {
     std::size_t accuracy4_workspace_bytes() const;
 };
 
-// Developer overrides of the decode geometry, read once per operator:
-// NBITS_DOWN_COLS (8|4|2) and NBITS_ACC4_WARPS (1|2|4|8); the original's
-// ONNX_GENAI_DOWN_COLS and ONNX_GENAI_ACC4_WARPS are accepted as aliases.
+// Developer overrides of the launch geometry, read once per operator:
+// NBITS_DOWN_COLS (8|4|2) and NBITS_ACC4_WARPS (1|2|4|8) for the original's
+// decode GEMVs (ONNX_GENAI_DOWN_COLS and ONNX_GENAI_ACC4_WARPS are accepted
+// as aliases), NBITS_PREFILL_SPLIT_K (1..8) for Fastest's fused prefill GEMM.
 // Other values are ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
 inline constexpr const char* kDownColumnsAliasEnv = "ONNX_GENAI_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsAliasEnv = "ONNX_GENAI_ACC4_WARPS";
+inline constexpr const char* kPrefillSplitKEnv = "NBITS_PREFILL_SPLIT_K";
 
 struct PlanOverrides {
     std::optional<int> down_columns;
     std::optional<int> accuracy4_warps;
+    // CTAs (a thread block cluster, compute capability 9.0 and newer) that
+    // split the K of one output tile of the fused prefill GEMM; the wgmma
+    // route then counts the split grid when it asks whether the SMs fill.
+    // Unset: no split.
+    std::optional<int> prefill_split_k;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
     // The same rules over given values (nullopt: unset). DOWN_COLS must be
-    // exactly "8", "4" or "2"; ACC4_WARPS is an unsigned decimal with an
-    // optional '+' ("+4" and "04" count) and must be 1, 2, 4 or 8.
+    // exactly "8", "4" or "2"; ACC4_WARPS and PREFILL_SPLIT_K are unsigned
+    // decimals with an optional '+' ("+4" and "04" count); ACC4_WARPS must
+    // be 1, 2, 4 or 8, PREFILL_SPLIT_K 1 to 8.
     static PlanOverrides parse(const std::optional<std::string>& down_columns,
-                               const std::optional<std::string>& accuracy4_warps);
+                               const std::optional<std::string>& accuracy4_warps,
+                               const std::optional<std::string>& prefill_split_k = std::nullopt);
 };
 
 // What the plan may know about the machine, injected so that it stays pure.

@@ -218,9 +218,22 @@ std::vector<KernelEntry> declared_entries(std::string_view text)
                 ++begin;
             }
         }
+        // Attribute macros without arguments (matmul_prefill.cu's NBITS_CLUSTER) may precede the name: an
+        // identifier followed by another one.
         std::size_t end = begin;
-        while (end < text.size() && is_identifier_char(text[end])) {
-            ++end;
+        for (;;) {
+            end = begin;
+            while (end < text.size() && is_identifier_char(text[end])) {
+                ++end;
+            }
+            std::size_t next = end;
+            while (next < text.size() && std::isspace(static_cast<unsigned char>(text[next]))) {
+                ++next;
+            }
+            if (end == begin || next == end || next >= text.size() || !is_identifier_char(text[next])) {
+                break;
+            }
+            begin = next;
         }
         if (end < text.size() && text[end] == '(' && end > begin) {
             KernelEntry entry;

@@ -213,7 +213,8 @@ std::size_t MatMulNBitsConfig::accuracy4_workspace_bytes() const
 }
 
 PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_columns,
-                                   const std::optional<std::string>& accuracy4_warps)
+                                   const std::optional<std::string>& accuracy4_warps,
+                                   const std::optional<std::string>& prefill_split_k)
 {
     PlanOverrides overrides;
     // The original matches the exact strings "8", "4" and "2" (no sign, no padding).
@@ -226,6 +227,12 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
             overrides.accuracy4_warps = static_cast<int>(*warps);
         }
     }
+    if (prefill_split_k) {
+        const std::optional<std::uint32_t> split = parse_u32(*prefill_split_k);
+        if (split && *split >= 1 && *split <= 8) {
+            overrides.prefill_split_k = static_cast<int>(*split);
+        }
+    }
     return overrides;
 }
 
@@ -236,7 +243,8 @@ PlanOverrides PlanOverrides::from_environment()
         std::optional<std::string> value = environment(name);
         return value ? value : environment(alias);
     };
-    return parse(first(kDownColumnsEnv, kDownColumnsAliasEnv), first(kAccuracy4WarpsEnv, kAccuracy4WarpsAliasEnv));
+    return parse(first(kDownColumnsEnv, kDownColumnsAliasEnv), first(kAccuracy4WarpsEnv, kAccuracy4WarpsAliasEnv),
+                 environment(kPrefillSplitKEnv));
 }
 
 MatMulNBits::MatMulNBits(std::shared_ptr<CudaRuntime> runtime, const NodeAttributes& attributes,

@@ -8,6 +8,8 @@
 //   64 < M <= 256   on sm_90: the same GEMM on warpgroup MMA (wgmma, compute_90a) when its
 //                   grid fills three quarters of the SMs
 //   otherwise       matmul_prefill.cu: dequantise chunks of columns into scratch, then cuBLASLt
+// NBITS_PREFILL_SPLIT_K (a developer override, compute capability 9.0+) splits
+// the fused GEMM's K over thread block clusters; nothing is split without it.
 // The RMS-norm prologue is fused into the decode kernel; at prefill it
 // normalises chunks of rows into scratch first. Scratch never exceeds
 // kWorkspaceBudget, whatever the shape.
@@ -77,6 +79,7 @@ struct Specialisation {
 struct PrefillTiles {
     int tile_n, tile_m, tile_k, warps_n, warps_m, warps_k, stages, min_ctas;
     bool wgmma = false;  // NBITS_WGMMA: sm_90a warpgroup MMA main loop
+    int split_k = 1;     // NBITS_SPLIT_K: CTAs of a cluster sharing one output tile's K
     std::uint32_t threads() const { return static_cast<std::uint32_t>(32 * warps_n * warps_m * warps_k); }
 };
 
@@ -162,6 +165,22 @@ void tile_defines(StepBuilder& step, const PrefillTiles& t)
         .define("NBITS_MIN_CTAS", t.min_ctas)
         .define("NBITS_WGMMA", t.wgmma ? 1 : 0)
         .arch_specific(t.wgmma);
+    if (t.split_k > 1) {
+        step.define("NBITS_SPLIT_K", t.split_k);
+    }
+}
+
+// CTAs splitting the K of one output tile (NBITS_PREFILL_SPLIT_K, a developer
+// override until measured): a thread block cluster of at most 8 (the portable
+// cluster size), so compute capability 9.0 and newer; 1 otherwise.
+std::size_t requested_split_k(const FastestRequest& fastest)
+{
+    const PlanContext& context = fastest.request.context;
+    const std::optional<int> split = context.overrides.prefill_split_k;
+    if (!split || *split < 1 || *split > 8 || context.capabilities.compute_major < 9) {
+        return 1;
+    }
+    return static_cast<std::size_t>(*split);
 }
 
 // Columns per dequantised chunk: whole cuBLASLt tiles of 64 where they fit,
@@ -200,11 +219,14 @@ bool add_fused_prefill(LaunchPlan& plan, const FastestRequest& fastest, BufferRe
 {
     const MatMulNBitsConfig& config = fastest.request.config;
     std::size_t shared_bytes = 0;
-    const std::optional<PrefillTiles> tiles =
+    std::optional<PrefillTiles> tiles =
         fit_tiles(wgmma ? kWgmmaTiles : preset_for(rows, config.k), fastest, shared_bytes);
     if (!tiles) {
         return false;
     }
+    // At least one k tile per CTA of a cluster.
+    tiles->split_k = static_cast<int>(
+        std::min(requested_split_k(fastest), div_ceil(config.k, static_cast<std::size_t>(tiles->tile_k))));
     const std::size_t y_row_bytes = config.n * element_size(fastest.operands.activation_type);
     const Specialisation spec{fastest};
     const HalfOperands& o = fastest.operands;
@@ -224,7 +246,8 @@ bool add_fused_prefill(LaunchPlan& plan, const FastestRequest& fastest, BufferRe
         tile_defines(step, *tiles);
         step.define("NBITS_BIAS_MODE", 0)
             .grid(grid_extent(config.n, static_cast<std::size_t>(tiles->tile_n / 2), kMaxGridX, "N"),
-                  grid_extent(rows, static_cast<std::size_t>(tiles->tile_m), kMaxGridYZ, "M"))
+                  grid_extent(rows, static_cast<std::size_t>(tiles->tile_m), kMaxGridYZ, "M"),
+                  static_cast<std::uint32_t>(tiles->split_k))
             .block(tiles->threads())
             .shared_memory(static_cast<std::uint32_t>(shared_bytes), true)
             .add_to(plan, fastest.request);
@@ -245,7 +268,8 @@ bool add_fused_prefill(LaunchPlan& plan, const FastestRequest& fastest, BufferRe
     tile_defines(step, *tiles);
     step.define("NBITS_BIAS_MODE", spec.bias_mode())
         .grid(grid_extent(config.n, static_cast<std::size_t>(tiles->tile_n), kMaxGridX, "N"),
-              grid_extent(rows, static_cast<std::size_t>(tiles->tile_m), kMaxGridYZ, "M"))
+              grid_extent(rows, static_cast<std::size_t>(tiles->tile_m), kMaxGridYZ, "M"),
+              static_cast<std::uint32_t>(tiles->split_k))
         .block(tiles->threads())
         .shared_memory(static_cast<std::uint32_t>(shared_bytes), true)
         .add_to(plan, fastest.request);
@@ -375,7 +399,7 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
     const std::size_t columns_per_cta =
         static_cast<std::size_t>(fastest.up != nullptr ? tiles.tile_n / 2 : tiles.tile_n);
     const std::size_t ctas = div_ceil(fastest.request.config.n, columns_per_cta) *
-                             div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m));
+                             div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m)) * requested_split_k(fastest);
     return 2 * ctas >= sms;
 }
 
@@ -397,7 +421,8 @@ bool wgmma_prefill(const FastestRequest& fastest)
     const std::size_t columns_per_cta =
         static_cast<std::size_t>(fastest.up != nullptr ? kWgmmaTiles.tile_n / 2 : kWgmmaTiles.tile_n);
     const std::size_t ctas = div_ceil(fastest.request.config.n, columns_per_cta) *
-                             div_ceil(fastest.m, static_cast<std::size_t>(kWgmmaTiles.tile_m));
+                             div_ceil(fastest.m, static_cast<std::size_t>(kWgmmaTiles.tile_m)) *
+                             requested_split_k(fastest);
     return 4 * ctas >= 3 * sms;
 }
 
@@ -493,16 +518,24 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
         }
     }
     const char* kind = paired ? "paired gate/up SwiGLU" : "MatMulNBits";
+    std::size_t split_k = 1;
+    for (const PlanStep& step : candidate.steps) {
+        if (const auto* kernel = std::get_if<KernelStep>(&step); kernel != nullptr && fused) {
+            split_k = std::max<std::size_t>(split_k, kernel->config.grid.z);
+        }
+    }
     set_variant(candidate,
                 wgmma   ? "nbits_prefill_wgmma"
                 : fused ? "nbits_prefill_fused"
                         : "nbits_prefill_dequantize_cublaslt",
-                [m, kind, fused, wgmma, normalized, chunk_columns, rows_per_pass] {
+                [m, kind, fused, wgmma, normalized, chunk_columns, rows_per_pass, split_k] {
                     if (fused) {
-                        return fmt::format("M={} {} prefill{}: fused dequantising tensor-core GEMM ({}) over "
+                        return fmt::format("M={} {} prefill{}: fused dequantising tensor-core GEMM ({}{}) over "
                                            "ONNX Runtime's layout, specialised on K, bits, block size and zero points",
                                            m, kind, normalized ? " with an RMS-norm pass over rows into scratch" : "",
-                                           wgmma ? "sm_90a warpgroup MMA" : "mma.sync");
+                                           wgmma ? "sm_90a warpgroup MMA" : "mma.sync",
+                                           split_k > 1 ? fmt::format(", K split over clusters of {} CTAs", split_k)
+                                                       : std::string());
                     }
                     return fmt::format("M={} {} prefill{}: weights dequantised in chunks of {} columns into scratch, "
                                        "each multiplied by cuBLASLt (rows per pass {})",

@@ -205,6 +205,35 @@ TEST_CASE("the sm_90a wgmma prefill GEMM compiles for compute_90a in every dtype
     }
 }
 
+TEST_CASE("the split-K prefill GEMM compiles to a cluster kernel for compute_90 and compute_90a")
+{
+    const jit::KernelSource& source = kernels::source_of_entry("nbits_prefill_gemm");
+    for (const char* entry : {"nbits_prefill_gemm", "nbits_prefill_gate_up"}) {
+        for (const bool wgmma : {false, true}) {
+            CAPTURE(entry);
+            CAPTURE(wgmma);
+            jit::CompileRequest request;
+            request.source = &source;
+            request.entries = {entry};
+            request.defines = {"NBITS_SPLIT_K=3", "NBITS_K=1003", "NBITS_HAS_ZP=1", "NBITS_BLOCK_SIZE=16"};
+            if (wgmma) {
+                request.defines.insert(request.defines.end(),
+                                       {"NBITS_WGMMA=1", "NBITS_TILE_N=128", "NBITS_TILE_M=128", "NBITS_TILE_K=64",
+                                        "NBITS_WARPS_N=8", "NBITS_WARPS_M=1", "NBITS_WARPS_K=1"});
+            }
+            request.target = jit::Target::ptx(9, 0, wgmma);
+            const std::string ptx = jit::compile(request).image;
+            CHECK(ptx.find(".reqnctapercluster 1, 1, 3") != std::string::npos);
+            CHECK(ptx.find("barrier.cluster.arrive.release.aligned") != std::string::npos);
+            CHECK(ptx.find("mapa.shared::cluster") != std::string::npos);
+            CHECK(ptx.find("ld.shared::cluster.v4.f32") != std::string::npos);
+            // Without a split: no cluster.
+            request.defines.erase(request.defines.begin());
+            CHECK(jit::compile(request).image.find("cluster") == std::string::npos);
+        }
+    }
+}
+
 TEST_CASE("an image key names include directories by their fp16 headers' content, not their path")
 {
     const std::string root = std::string(NBITS_BINARY_DIR) + "/tests/include-identity";

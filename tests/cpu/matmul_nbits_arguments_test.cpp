@@ -226,8 +226,14 @@ TEST_CASE("kernel declarations carry their parameters and alignment comments")
     const std::vector<jit::KernelEntry> parsed = jit::declared_entries(
         "extern \"C\" __global__ void __launch_bounds__(256) f(const float* x,  // align 8; align 16 when K%8==0\n"
         "    /* (a comment with parentheses) */ int n, float e)\n{}\n"
-        "extern \"C\" __global__ void g(void* p) {}\n");
-    REQUIRE(parsed.size() == 2);
+        "extern \"C\" __global__ void g(void* p) {}\n"
+        // An attribute macro without arguments between the bounds and the name (an empty one when not split).
+        "extern \"C\" __global__ void __launch_bounds__(128, 2) NBITS_CLUSTER h(int m)\n{}\n"
+        "extern \"C\" __global__ void ATTRIBUTE\n    k(int m) {}\n");
+    REQUIRE(parsed.size() == 4);
+    CHECK(parsed[2].name == "h");
+    CHECK(parsed[3].name == "k");
+    CHECK(parsed[3].parameters.size() == 1);
     CHECK(parsed[0].name == "f");
     REQUIRE(parsed[0].parameters.size() == 3);
     REQUIRE(parsed[0].parameters[0].alignment.size() == 2);

@@ -167,6 +167,24 @@ TEST_CASE("ONNX_GENAI_ACC4_WARPS parses like a Rust u32 and counts only as 1, 2,
     }
 }
 
+TEST_CASE("NBITS_PREFILL_SPLIT_K parses like ACC4_WARPS and counts only from 1 to 8")
+{
+    for (const auto& [text, split] : {std::pair{"1", 1}, std::pair{"2", 2}, std::pair{"3", 3}, std::pair{"8", 8},
+                                      std::pair{"+4", 4}, std::pair{"06", 6}}) {
+        CAPTURE(text);
+        CHECK(PlanOverrides::parse(std::nullopt, std::nullopt, std::string(text)).prefill_split_k == split);
+    }
+    for (const char* ignored : {"0", "9", "16", "-2", "2.0", " 2", "", "two", "99999999999"}) {
+        CAPTURE(ignored);
+        CHECK_FALSE(PlanOverrides::parse(std::nullopt, std::nullopt, std::string(ignored)).prefill_split_k.has_value());
+    }
+    CHECK_FALSE(PlanOverrides::parse(std::nullopt, std::nullopt).prefill_split_k.has_value());
+    ::setenv(kPrefillSplitKEnv, "4", 1);
+    CHECK(PlanOverrides::from_environment().prefill_split_k == 4);
+    ::unsetenv(kPrefillSplitKEnv);
+    CHECK_FALSE(PlanOverrides::from_environment().prefill_split_k.has_value());
+}
+
 TEST_CASE("plan overrides come from the environment only through PlanOverrides::from_environment")
 {
     ::setenv(kDownColumnsEnv, "4", 1);

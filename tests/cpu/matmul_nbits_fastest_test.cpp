@@ -142,6 +142,69 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 64 < M <= 256 when its g
     CHECK(test::kernel_step(norm, 1).arch_specific);
 }
 
+TEST_CASE("Fastest prefill split-K (NBITS_PREFILL_SPLIT_K): clusters along z on compute capability 9.0 and newer")
+{
+    auto split = [](test::Problem p, int value) {
+        p.context.overrides.prefill_split_k = value;
+        return p;
+    };
+    auto split_of = [](const KernelStep& step) {
+        for (const std::string& define : step.defines) {
+            if (define.rfind("NBITS_SPLIT_K=", 0) == 0) {
+                return std::stoi(define.substr(14));
+            }
+        }
+        return 1;
+    };
+    // Llama-3-8B up at M = 128: the wgmma GEMM, its 112 tiles each shared by 2 CTAs.
+    const LaunchPlan up = split(fastest(node(4096, 14336), rows(128)), 2).plan();
+    CHECK(up.variant == "nbits_prefill_wgmma");
+    CHECK(test::kernel_step(up, 0).config.grid == Dim3{112, 1, 2});
+    CHECK(split_of(test::kernel_step(up, 0)) == 2);
+    CHECK(up.reason().find("K split over clusters of 2 CTAs") != std::string::npos);
+    CHECK(up.scratch_bytes.empty());
+    CHECK(up.capture_safe);
+    // Split grids count when the routes ask whether the SMs fill: Llama-3-8B qkv (48 tiles) at M = 128 takes
+    // the mma.sync GEMM with 2 CTAs a tile (96 of 132 SMs), the wgmma GEMM with 4 (192).
+    CHECK(fastest(node(4096, 6144), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    const LaunchPlan qkv2 = split(fastest(node(4096, 6144), rows(128)), 2).plan();
+    CHECK(qkv2.variant == "nbits_prefill_fused");
+    CHECK(test::kernel_step(qkv2, 0).config.grid == Dim3{48, 1, 2});
+    const LaunchPlan qkv4 = split(fastest(node(4096, 6144), rows(128)), 4).plan();
+    CHECK(qkv4.variant == "nbits_prefill_wgmma");
+    CHECK(test::kernel_step(qkv4, 0).config.grid == Dim3{48, 1, 4});
+    // The paired node and the mma.sync GEMM below M = 64.
+    const LaunchPlan paired = split(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(40)), 3).plan();
+    CHECK(paired.variant == "nbits_prefill_fused");
+    CHECK(test::kernel_step(paired, 0).entry == "nbits_prefill_gate_up");
+    CHECK(test::kernel_step(paired, 0).config.grid.z == 3);
+    CHECK(split_of(test::kernel_step(paired, 0)) == 3);
+    // At most one k tile per CTA: K = 200 is 4 tiles of 64 in the wgmma GEMM, 1 of 256 in the M <= 32 preset.
+    CHECK(test::kernel_step(split(fastest(node(200, 14336), rows(128)), 8).plan(), 0).config.grid.z == 4);
+    const KernelStep one_tile = test::kernel_step(split(fastest(node(200, 14336), rows(20)), 8).plan(), 0);
+    CHECK(one_tile.config.grid.z == 1);
+    CHECK(split_of(one_tile) == 1);
+    // The decode kernel and the dequantise route are not split.
+    CHECK(test::kernel_step(split(fastest(node(4096, 14336), rows(8)), 4).plan(), 0).config.grid.z == 1);
+    CHECK(entries(split(fastest(node(4096, 14336), rows(2048)), 4).plan())[0] == "nbits_dequantize");
+    // Clusters need compute capability 9.0: sm_80 and sm_89 ignore it, sm_120 has them.
+    for (const Capabilities& device : {Capabilities::a100(), Capabilities::rtx4090()}) {
+        CAPTURE(device.name);
+        const KernelStep step = test::kernel_step(split(fastest(node(4096, 14336), rows(64), device), 4).plan(), 0);
+        CHECK(step.config.grid.z == 1);
+        CHECK(split_of(step) == 1);
+    }
+    CHECK(test::kernel_step(split(fastest(node(4096, 14336), rows(64), Capabilities::rtx5090()), 4).plan(), 0)
+              .config.grid.z == 4);
+    // Values outside 1..8 set by hand (not through parse) are ignored, and without a split nothing changes.
+    for (const int ignored : {0, -1, 9, 1 << 30}) {
+        CAPTURE(ignored);
+        CHECK(test::kernel_step(split(fastest(node(4096, 14336), rows(128)), ignored).plan(), 0).config.grid.z == 1);
+    }
+    const KernelStep unsplit = test::kernel_step(split(fastest(node(4096, 14336), rows(128)), 1).plan(), 0);
+    CHECK(unsplit.defines == test::kernel_step(fastest(node(4096, 14336), rows(128)).plan(), 0).defines);
+}
+
 TEST_CASE("Fastest prefill beyond M = 128: dequantised column chunks through cuBLASLt, scratch within 64 MiB")
 {
     const LaunchPlan plan = fastest(node(4096, 14336), rows(2048)).plan();

@@ -299,13 +299,15 @@ ops::PlanOverrides overrides_of(Choices& c)
                                                                "04", "", "-2", "4x", "99999999999999999999"};
         const std::optional<std::string> columns = c.pick(texts);
         const std::optional<std::string> warps = c.pick(texts);
-        return ops::PlanOverrides::parse(columns, warps);
+        const std::optional<std::string> split = c.pick(texts);
+        return ops::PlanOverrides::parse(columns, warps, split);
     }
     case 2: {
         ops::PlanOverrides raw;
         const std::vector<int> values = {0, 1, 2, 3, 4, 8, 16, -1, std::numeric_limits<int>::max()};
         raw.down_columns = c.pick(values);
         raw.accuracy4_warps = c.pick(values);
+        raw.prefill_split_k = c.pick(values);
         return raw;
     }
     default: return {};

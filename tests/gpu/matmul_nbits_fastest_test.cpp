@@ -10,13 +10,8 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "kernels.hpp"
-#include "runtime/internals.hpp"
-
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <thread>
 
 using namespace nbits;
 using namespace nbits::test;
@@ -162,6 +157,7 @@ void normalize_scales(QuantizedWeights& w, const std::vector<float>& a, std::siz
 struct Outcome {
     OracleError error;
     std::string variant;
+    std::uint32_t split_k = 1;  // the most CTAs of a kernel's cluster along z (grid.z)
 };
 
 // One case's node: attributes, host inputs and the float64 expectation.
@@ -246,11 +242,12 @@ std::unique_ptr<ops::MatMulNBits> fastest_operator(const FastestNode& node)
                                               MatMulNBitsOptions{KernelPolicy::Fastest});
 }
 
-// Compiles every kernel the nodes' plans launch on all host cores at once, so
-// that the runs that follow only look their functions up.
+// Compiles every kernel the nodes' plans launch on all host cores at once
+// (CudaRuntime::prepare), so that the runs that follow only look their
+// functions up. A node that cannot be planned or compiled fails in its run.
 void compile_in_parallel(const std::vector<FastestNode>& nodes)
 {
-    std::vector<ops::KernelStep> steps;
+    std::vector<ops::LaunchPlan> plans;
     for (const FastestNode& node : nodes) {
         std::vector<TensorDesc> inputs;
         for (const HostTensor& host : node.inputs) {
@@ -264,31 +261,19 @@ void compile_in_parallel(const std::vector<FastestNode>& nodes)
         output.dtype = node.spec.activation;
         output.shape = {node.spec.m, node.spec.n};
         try {
-            for (const ops::PlanStep& planned : fastest_operator(node)->plan(inputs, {output}).steps) {
-                if (const auto* step = std::get_if<ops::KernelStep>(&planned)) {
-                    steps.push_back(*step);
-                }
-            }
+            plans.push_back(fastest_operator(node)->plan(inputs, {output}));
         } catch (const nbits::Error&) {
             // The run reports it.
         }
     }
-    CudaRuntime& runtime = matmul_gpu();
-    std::atomic<std::size_t> next{0};
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t) {
-        threads.emplace_back([&] {
-            for (std::size_t i = next++; i < steps.size(); i = next++) {
-                try {
-                    runtime.internals().function(kernels::source(steps[i].source), steps[i].entry, steps[i].defines);
-                } catch (const nbits::Error&) {
-                    // The run reports it.
-                }
-            }
-        });
+    std::vector<const ops::LaunchPlan*> pointers;
+    for (const ops::LaunchPlan& plan : plans) {
+        pointers.push_back(&plan);
     }
-    for (std::thread& thread : threads) {
-        thread.join();
+    try {
+        matmul_gpu().prepare(pointers);
+    } catch (const nbits::Error&) {
+        // The run of the node whose kernel failed reports it.
     }
 }
 
@@ -303,6 +288,11 @@ Outcome run_node(const FastestNode& node)
     Outcome result;
     result.error = oracle_error(output_values(c.activation, outcome.bytes), node.expected);
     result.variant = outcome.plan.variant;
+    for (const ops::PlanStep& step : outcome.plan.steps) {
+        if (const auto* kernel = std::get_if<ops::KernelStep>(&step)) {
+            result.split_k = std::max(result.split_k, kernel->config.grid.z);
+        }
+    }
     return result;
 }
 
@@ -412,6 +402,70 @@ TEST_CASE("the sm_90 wgmma prefill GEMM meets the float64 oracle on every featur
     }
 }
 
+TEST_CASE("split-K prefill (NBITS_PREFILL_SPLIT_K): clusters of CTAs sharing a tile's K meet the float64 oracle")
+{
+    if (matmul_gpu().capabilities().compute_major < 9) {
+        MESSAGE("thread block clusters need compute capability 9.0: the override is ignored on this GPU");
+        return;
+    }
+    struct SplitCase {
+        FastestCase spec;
+        int split;               // NBITS_PREFILL_SPLIT_K
+        std::uint32_t expected;  // CTAs per cluster after the one-k-tile-each clamp
+    };
+    std::vector<SplitCase> split_cases;
+    // The wgmma GEMM (64-k tiles): an even split, an uneven one (8 k tiles over 3 CTAs: 3, 3, 2), a K tail.
+    const std::vector<FastestCase> wide = wide_prefill_cases();
+    for (std::size_t i = 0; i < wide.size(); ++i) {
+        split_cases.push_back({wide[i], i % 2 == 0 ? 2 : 3, static_cast<std::uint32_t>(i % 2 == 0 ? 2 : 3)});
+    }
+    // The mma.sync GEMM at M <= 64: K = 1003 in 4 k tiles of 256 over 3 CTAs leaves the last one none;
+    // K = 512 in 4 tiles of 128 clamps 8 to 4; block 16 makes the tiles 64 deep (8 of them, 8 CTAs).
+    auto fused = [&](DataType activation, std::size_t m, std::size_t k, std::size_t bits, std::size_t block_size,
+                     bool zp, Bias bias, bool gamma, bool gate_up, int split, std::uint32_t expected) {
+        FastestCase c;
+        c.activation = activation;
+        c.m = m;
+        c.k = k;
+        c.n = 300;
+        c.bits = bits;
+        c.block_size = block_size;
+        c.zero_points = zp;
+        c.bias = bias;
+        c.gamma = gamma ? std::optional<DataType>(activation) : std::nullopt;
+        c.gate_up = gate_up;
+        split_cases.push_back({c, split, expected});
+    };
+    fused(DataType::Float16, 20, 1003, 4, 32, true, Bias::Folded, false, false, 3, 3);
+    fused(DataType::BFloat16, 33, 512, 8, 64, false, Bias::PerToken, true, false, 8, 4);
+    fused(DataType::Float16, 64, 512, 4, 16, true, Bias::None, false, true, 8, 8);
+    fused(DataType::BFloat16, 17, 4096, 4, 128, false, Bias::Plain, false, false, 4, 4);
+
+    std::uint64_t seed = 0x5b117000ull;
+    for (const SplitCase& split_case : split_cases) {
+        const FastestCase& c = split_case.spec;
+        CAPTURE(c.describe());
+        CAPTURE(split_case.split);
+        const ScopedEnv split(ops::kPrefillSplitKEnv, std::to_string(split_case.split));
+        Outcome outcome;
+        try {
+            outcome = run_case(c, seed++);
+        } catch (const nbits::Error& error) {
+            FAIL_CHECK("the run failed: " << error.what());
+            continue;
+        }
+        CAPTURE(outcome.variant);
+        CAPTURE(outcome.error.describe());
+        CHECK(outcome.split_k == split_case.expected);
+        CHECK(outcome.error.all_finite);
+        if (c.activation == DataType::BFloat16) {
+            CHECK(outcome.error.max_abs <= 2e-2f * outcome.error.max_out);
+        } else {
+            CHECK(within_oracle_bound(outcome.error, c.bits == 8 ? 2e-3f : 1e-3f));
+        }
+    }
+}
+
 TEST_CASE("a Fastest run writes every element of Y, also for outputs that are not a whole tile")
 {
     for (const std::size_t m : {std::size_t{1}, std::size_t{7}, std::size_t{19}, std::size_t{150}}) {
@@ -455,9 +509,14 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
     set.back().n = 6500;
     add(DataType::BFloat16, 200, 8, 16, false, Bias::None, true, true);     // wgmma gate/up on sm_90
     set.back().n = 3300;
+    add(DataType::Float16, 130, 4, 32, false, Bias::Folded, false, false);  // wgmma split over a cluster of 3
+    set.back().n = 6500;
+    const std::size_t split_node = set.size() - 1;
     std::uint64_t seed = 0x5a17;
-    for (const FastestCase& c : set) {
+    for (std::size_t i = 0; i < set.size(); ++i) {
+        const FastestCase& c = set[i];
         CAPTURE(c.describe());
+        const ScopedEnv split(ops::kPrefillSplitKEnv, i == split_node ? std::optional<std::string>("3") : std::nullopt);
         const Outcome outcome = run_case(c, seed++);
         CAPTURE(outcome.variant);
         CHECK(outcome.error.all_finite);

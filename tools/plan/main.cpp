@@ -82,6 +82,7 @@ struct PlanOptions {
     KernelPolicy policy = KernelPolicy::Original;
     std::optional<std::string> down_columns;
     std::optional<std::string> accuracy4_warps;
+    std::optional<std::string> prefill_split_k;
 
     bool json = false;
     bool help = false;
@@ -138,6 +139,8 @@ tools::CommandLine command_line(PlanOptions& o)
                [&](const std::string& value) { o.down_columns = value; });
     cli.option("acc4-warps", "1|2|4|8", "as NBITS_ACC4_WARPS (default: the environment's)",
                [&](const std::string& value) { o.accuracy4_warps = value; });
+    cli.option("prefill-split-k", "1..8", "as NBITS_PREFILL_SPLIT_K (default: the environment's)",
+               [&](const std::string& value) { o.prefill_split_k = value; });
     cli.section("Output");
     cli.flag("json", "JSON instead of text", &o.json);
     cli.flag("help", "this text", &o.help);
@@ -200,12 +203,15 @@ std::string plan_text(const PlanOptions& o)
     }
     context.policy = o.policy;
     context.overrides = PlanOverrides::from_environment();
-    const PlanOverrides forced = PlanOverrides::parse(o.down_columns, o.accuracy4_warps);
+    const PlanOverrides forced = PlanOverrides::parse(o.down_columns, o.accuracy4_warps, o.prefill_split_k);
     if (forced.down_columns) {
         context.overrides.down_columns = forced.down_columns;
     }
     if (forced.accuracy4_warps) {
         context.overrides.accuracy4_warps = forced.accuracy4_warps;
+    }
+    if (forced.prefill_split_k) {
+        context.overrides.prefill_split_k = forced.prefill_split_k;
     }
     context.read_g_idx = [&config](const TensorDesc& g_idx) {
         std::vector<std::int32_t> groups(g_idx.numel());
