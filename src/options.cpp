@@ -22,6 +22,19 @@ std::optional<CompileGranularity> parse_granularity(std::string_view text)
     return std::nullopt;
 }
 
+const char* to_string(JitImage image) { return image == JitImage::Ptx ? "ptx" : "cubin"; }
+
+std::optional<JitImage> parse_jit_image(std::string_view text)
+{
+    if (text == "ptx") {
+        return JitImage::Ptx;
+    }
+    if (text == "cubin") {
+        return JitImage::Cubin;
+    }
+    return std::nullopt;
+}
+
 const char* to_string(KernelPolicy policy) { return policy == KernelPolicy::Original ? "original" : "fastest"; }
 
 std::optional<KernelPolicy> parse_kernel_policy(std::string_view text)

@@ -17,6 +17,16 @@ enum class CompileGranularity { Entry, Source };
 const char* to_string(CompileGranularity granularity);  // "entry" or "source"
 std::optional<CompileGranularity> parse_granularity(std::string_view text);
 
+// What the runtime compiles a kernel to when no cached image serves: PTX for
+// compute_XY, which the driver translates to the GPU's machine code when it
+// loads the module, or a CUBIN for the GPU's sm_XY, which NVRTC assembles in
+// the compiling thread (CudaRuntime::prepare then assembles in parallel, and
+// a later process loads the stored CUBIN without the driver's translation).
+enum class JitImage { Ptx, Cubin };
+
+const char* to_string(JitImage image);  // "ptx" or "cubin"
+std::optional<JitImage> parse_jit_image(std::string_view text);
+
 inline constexpr std::uint64_t kDefaultCacheMaxBytes = 1ull << 30;
 
 // Where compiled kernel images persist between processes. An explicit option
@@ -34,6 +44,9 @@ struct DiskCacheOptions {
 struct RuntimeOptions {
     int device = 0;
     CompileGranularity granularity = CompileGranularity::Entry;
+    // PTX until a GPU measurement shows where CUBIN pays; either way a driver
+    // that rejects this toolkit's PTX makes the runtime switch to CUBIN.
+    JitImage jit_image = JitImage::Ptx;
     DiskCacheOptions disk_cache;
 };
 

@@ -131,7 +131,8 @@ CudaRuntime::Internals::Internals(const RuntimeOptions& options) : ordinal_(opti
         synchronous_launches_ = synchronous && *synchronous != "0" && !synchronous->empty();
         disk_cache_ = jit::open_disk_cache(options.disk_cache);
         modules_ = std::make_unique<ModuleCache>(capabilities_.compute_major, capabilities_.compute_minor,
-                                                 options.granularity, jit::as_image_store(disk_cache_));
+                                                 options.granularity, jit::as_image_store(disk_cache_),
+                                                 options.jit_image);
     } catch (...) {
         if (stream_ != nullptr) {
             d.stream_destroy(stream_);

@@ -32,11 +32,12 @@ struct ModuleCache::Module {
 };
 
 ModuleCache::ModuleCache(int compute_major, int compute_minor, CompileGranularity granularity,
-                         std::shared_ptr<jit::ImageStore> store)
+                         std::shared_ptr<jit::ImageStore> store, JitImage image)
     : major_(compute_major),
       minor_(compute_minor),
       granularity_(granularity),
-      store_(std::move(store))
+      store_(std::move(store)),
+      cubin_only_(image == JitImage::Cubin)
 {
 }
 

@@ -40,7 +40,7 @@ struct ModuleCacheStats {
 class ModuleCache {
 public:
     ModuleCache(int compute_major, int compute_minor, CompileGranularity granularity,
-                std::shared_ptr<jit::ImageStore> store);
+                std::shared_ptr<jit::ImageStore> store, JitImage image = JitImage::Ptx);
     ~ModuleCache();
     ModuleCache(const ModuleCache&) = delete;
     ModuleCache& operator=(const ModuleCache&) = delete;
@@ -52,8 +52,9 @@ public:
     CUfunction function(const jit::KernelSource& source, std::string_view entry, const jit::Defines& defines = {},
                         bool arch_specific = false);
 
-    // compute_XY until the driver rejects this toolkit's PTX
-    // (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), sm_XY from then on.
+    // sm_XY when asked for CUBIN; else compute_XY until the driver rejects
+    // this toolkit's PTX (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), sm_XY from
+    // then on.
     jit::Target target(bool arch_specific = false) const;
     ModuleCacheStats stats() const;
     CompileGranularity granularity() const { return granularity_; }

@@ -104,6 +104,17 @@ TEST_CASE("KernelPolicy spells and parses as 'original' and 'fastest'")
     CHECK(MatMulNBitsOptions{}.policy == KernelPolicy::Original);
 }
 
+TEST_CASE("JitImage spells and parses as 'ptx' and 'cubin', PTX by default")
+{
+    CHECK(std::string(to_string(JitImage::Ptx)) == "ptx");
+    CHECK(std::string(to_string(JitImage::Cubin)) == "cubin");
+    CHECK(parse_jit_image("ptx") == JitImage::Ptx);
+    CHECK(parse_jit_image("cubin") == JitImage::Cubin);
+    CHECK_FALSE(parse_jit_image("CUBIN").has_value());
+    CHECK_FALSE(parse_jit_image("sm_90").has_value());
+    CHECK(RuntimeOptions{}.jit_image == JitImage::Ptx);
+}
+
 TEST_CASE("plans carry their policy, and validation is the same under both")
 {
     test::Problem p = problem(node(4096, 4096));

@@ -487,6 +487,25 @@ TEST_SUITE("nbits-prewarm: a model's shapes")
         CHECK(dry_run_lines(result.output) == expected);
     }
 
+    TEST_CASE("--shape plans with the developer overrides a runtime reads from the environment")
+    {
+        const std::string tool = prewarm_command("--dry-run --arch sm_90 --policy fastest --shape 4096,6144,128");
+        if (tool.empty()) {
+            return;
+        }
+        const test::CommandResult plain = test::run_command("env -u NBITS_PREFILL_SPLIT_K " + tool);
+        const test::CommandResult split = test::run_command("env NBITS_PREFILL_SPLIT_K=4 " + tool);
+        INFO(plain.output);
+        INFO(split.output);
+        REQUIRE(plain.exit_code == 0);
+        REQUIRE(split.exit_code == 0);
+        // Llama-3-8B qkv at M = 128: dequantise + cuBLASLt unsplit, the wgmma GEMM over clusters of 4 split.
+        CHECK(plain.output.find("nbits_dequantize") != std::string::npos);
+        CHECK(plain.output.find("NBITS_SPLIT_K") == std::string::npos);
+        CHECK(split.output.find("sm_90a  matmul_prefill:nbits_prefill_gemm") != std::string::npos);
+        CHECK(split.output.find("-DNBITS_SPLIT_K=4") != std::string::npos);
+    }
+
     TEST_CASE("a shapes file lists nodes in the command line's vocabulary; its errors name the line")
     {
         TempDir dir;

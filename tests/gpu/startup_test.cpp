@@ -109,6 +109,33 @@ TEST_SUITE("disk cache on the GPU")
         CHECK(warm.internals().modules().stats().store_loads == 1);
     }
 
+    TEST_CASE("JitImage::Cubin compiles the GPU's CUBIN, which a PTX runtime then loads as if prewarmed")
+    {
+        TempDir dir;
+        const Capabilities& caps = gpu().capabilities();
+        RuntimeOptions cubin = cached_in(dir);
+        cubin.jit_image = JitImage::Cubin;
+        {
+            CudaRuntime cold(cubin);
+            CHECK(cold.internals().modules().target() == jit::Target::cubin(caps.compute_major, caps.compute_minor));
+            CHECK(cold.internals().function(kernels::source_of_entry(kEntry), kEntry) != nullptr);
+            CHECK(cold.internals().modules().stats().compiles == 1);
+            CHECK(cold.internals().disk_cache()->stats().stores == 1);
+        }
+        // Stored under the key nbits-prewarm --arch sm_XY uses.
+        const jit::CompileRequest request =
+            module_request(kernels::source_of_entry(kEntry), kEntry, {}, CompileGranularity::Entry,
+                           jit::Target::cubin(caps.compute_major, caps.compute_minor));
+        CHECK(std::ifstream(jit::DiskCache(dir.path(), jit::kDefaultCacheMaxBytes)
+                                .path_of(jit::ImageKey::for_request(request)))
+                  .good());
+        CudaRuntime warm(cached_in(dir));
+        CHECK(warm.internals().modules().target() == jit::Target::ptx(caps.compute_major, caps.compute_minor));
+        CHECK(warm.internals().function(kernels::source_of_entry(kEntry), kEntry) != nullptr);
+        CHECK(warm.internals().modules().stats().compiles == 0);
+        CHECK(warm.internals().modules().stats().store_loads == 1);
+    }
+
     TEST_CASE("a damaged prewarmed image is deleted and recompiled, never loaded")
     {
         TempDir dir;

@@ -733,6 +733,7 @@ JobPlan plan_jobs(const PrewarmOptions& options, const std::vector<jit::Target>&
             }
             ++at->second.second;
         };
+        const ops::PlanOverrides overrides = ops::PlanOverrides::from_environment();
         for (const TargetDevices& target : plan.devices) {
             for (const Capabilities& device : target.devices) {
                 for (KernelPolicy policy : options.policies) {
@@ -745,6 +746,9 @@ JobPlan plan_jobs(const PrewarmOptions& options, const std::vector<jit::Target>&
                             ops::PlanContext context;
                             context.capabilities = device;
                             context.policy = policy;
+                            // The developer overrides a runtime on this machine would read (split-K
+                            // clusters specialise the prefill GEMM).
+                            context.overrides = overrides;
                             const ops::LaunchPlan launch =
                                 ops::plan_matmul_nbits(tensors.config, tensors.inputs, tensors.outputs, context);
                             for (const ops::PlanStep& step : launch.steps) {

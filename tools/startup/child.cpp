@@ -59,6 +59,7 @@ int run_child(const ChildOptions& options, int device)
     RuntimeOptions runtime_options;
     runtime_options.device = device;
     runtime_options.granularity = options.granularity;
+    runtime_options.jit_image = options.jit_image;
     runtime_options.disk_cache.directory = options.cache_dir;
     CudaRuntime runtime(runtime_options);
     const std::int64_t runtime_at = monotonic_ns();

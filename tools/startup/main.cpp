@@ -30,7 +30,8 @@ tools::CommandLine command_line(StartupOptions& options)
         "Measures how long a fresh process takes to get the launchable functions of one transformer decode\n"
         "step (matmul_nbits_gemv_f16_scales_f16, _gate_up_swiglu, _scales_f16_down_c2): with an empty disk\n"
         "cache (per-entry and whole-source compiles, one after the other, and per entry through\n"
-        "CudaRuntime::prepare, in parallel), with a prewarmed cache, and with the PTX a cold run left; and\n"
+        "CudaRuntime::prepare, in parallel; each compiling to PTX, as by default, and per entry to CUBIN,\n"
+        "RuntimeOptions::jit_image), with a prewarmed cache, and with the PTX a cold run left; and\n"
         "the in-process lookup once loaded. Each mode runs in fresh child processes, with the\n"
         "driver's own JIT cache off (CUDA_CACHE_DISABLE=1). Needs a GPU, except --compile-only, which times\n"
         "the NVRTC part of a cold start (per entry vs whole source) on any machine.\n"
@@ -67,6 +68,13 @@ tools::CommandLine command_line(StartupOptions& options)
     });
     cli.flag("prepare", "the child loads the step's entries through CudaRuntime::prepare, in parallel",
              &options.child_options.prepare);
+    cli.option("jit-image", "ptx|cubin", "what the child's cold compiles make", [&](const std::string& value) {
+        const std::optional<JitImage> image = parse_jit_image(value);
+        if (!image) {
+            throw tools::UsageError("expected ptx or cubin");
+        }
+        options.child_options.jit_image = *image;
+    });
     return cli;
 }
 
@@ -152,6 +160,7 @@ std::string gpu_table(const GpuMeasurement& m)
         "    (cuInit, primary context, stream), then the {:.2f} ms above)\n"
         "  in-process hit <= {:.0f} ns: {:.1f} ns {} ({:.1f} ns with the context current)\n"
         "  empty cache, all entries of a decode step <= {:.0f} ms: {:.2f} ms one after the other {}, {:.2f} ms\n"
+        "    through CudaRuntime::prepare {}; compiling to CUBIN {:.2f} ms one after the other {}, {:.2f} ms\n"
         "    through CudaRuntime::prepare {}\n"
         "granularity, cold, first entry: per-entry {:.1f} ms vs whole {} source {:.1f} ms\n",
         kWarmStepTargetMs, warm.all_ms.median(), verdict(warm.all_ms.median() <= kWarmStepTargetMs),
@@ -160,6 +169,10 @@ std::string gpu_table(const GpuMeasurement& m)
         verdict(m.hit_ns.median() <= kHitTargetNs), m.hit_current_ns.median(), kColdStepTargetMs,
         cold_entry.all_ms.median(), verdict(cold_entry.all_ms.median() <= kColdStepTargetMs),
         m.mode("cold_prepared").all_ms.median(), verdict(m.mode("cold_prepared").all_ms.median() <= kColdStepTargetMs),
+        m.mode("cold_entry_cubin").all_ms.median(),
+        verdict(m.mode("cold_entry_cubin").all_ms.median() <= kColdStepTargetMs),
+        m.mode("cold_prepared_cubin").all_ms.median(),
+        verdict(m.mode("cold_prepared_cubin").all_ms.median() <= kColdStepTargetMs),
         cold_entry.first_ms.median(), "gemv_f16",
         cold_source.first_ms.median());
     if (warm.compiles.max() > 0 || m.mode("warm_ptx").compiles.max() > 0) {
@@ -212,6 +225,9 @@ std::string gpu_json(const GpuMeasurement& m)
             .field("cold_all_ms", m.mode("cold_entry").all_ms.median())
             .field("cold_prepared_all_ms", m.mode("cold_prepared").all_ms.median())
             .field("cold_prepared_met", m.mode("cold_prepared").all_ms.median() <= kColdStepTargetMs)
+            .field("cold_cubin_all_ms", m.mode("cold_entry_cubin").all_ms.median())
+            .field("cold_prepared_cubin_all_ms", m.mode("cold_prepared_cubin").all_ms.median())
+            .field("cold_prepared_cubin_met", m.mode("cold_prepared_cubin").all_ms.median() <= kColdStepTargetMs)
             .end_object();
     }
     json.end_object();

@@ -120,11 +120,11 @@ double prewarm(const std::string& directory, const jit::Target& target)
 }
 
 void run_mode(ModeResult& mode, const std::string& cache_dir, CompileGranularity granularity, int device,
-              std::int64_t hits, GpuMeasurement* hit_samples, bool prepare = false)
+              std::int64_t hits, GpuMeasurement* hit_samples, bool prepare = false, JitImage image = JitImage::Ptx)
 {
     std::vector<std::string> arguments = {
         "--child", "--cache-dir", cache_dir, "--granularity", to_string(granularity),
-        "--device", std::to_string(device), "--child-hits", std::to_string(hits)};
+        "--device", std::to_string(device), "--child-hits", std::to_string(hits), "--jit-image", to_string(image)};
     if (prepare) {
         arguments.emplace_back("--prepare");
     }
@@ -257,12 +257,16 @@ GpuMeasurement measure_gpu(const StartupOptions& options)
         {"warm_cubin", "warm: prewarmed " + target.str() + " CUBIN"},
         {"warm_ptx", "warm: PTX a cold run left"},
         {"cold_prepared", "cold: empty cache, per entry, CudaRuntime::prepare (parallel)"},
+        {"cold_entry_cubin", "cold: empty cache, per entry, NVRTC to CUBIN"},
+        {"cold_prepared_cubin", "cold: empty cache, per entry, NVRTC to CUBIN, CudaRuntime::prepare (parallel)"},
     };
     ModeResult& cold_entry = measurement.modes[0];
     ModeResult& cold_source = measurement.modes[1];
     ModeResult& warm_cubin = measurement.modes[2];
     ModeResult& warm_ptx = measurement.modes[3];
     ModeResult& cold_prepared = measurement.modes[4];
+    ModeResult& cold_entry_cubin = measurement.modes[5];
+    ModeResult& cold_prepared_cubin = measurement.modes[6];
     // Modes interleave within each repeat, so that drift in the machine's
     // state spreads over all of them alike.
     for (int r = 0; r < options.repeats && !measurement.failed(); ++r) {
@@ -275,6 +279,10 @@ GpuMeasurement measure_gpu(const StartupOptions& options)
         run_mode(warm_ptx, cold_dir, CompileGranularity::Entry, options.device, 0, nullptr);
         run_mode(cold_prepared, scratch.path("cold-prepared-" + std::to_string(r)), CompileGranularity::Entry,
                  options.device, 0, nullptr, true);
+        run_mode(cold_entry_cubin, scratch.path("cold-entry-cubin-" + std::to_string(r)), CompileGranularity::Entry,
+                 options.device, 0, nullptr, false, JitImage::Cubin);
+        run_mode(cold_prepared_cubin, scratch.path("cold-prepared-cubin-" + std::to_string(r)),
+                 CompileGranularity::Entry, options.device, 0, nullptr, true, JitImage::Cubin);
     }
     return measurement;
 }

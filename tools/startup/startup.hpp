@@ -55,6 +55,7 @@ struct ChildOptions {
     std::int64_t spawned_at_ns = 0;  // the parent's CLOCK_MONOTONIC just before it spawned this process
     std::int64_t hits = 0;           // in-process lookups to time after loading
     bool prepare = false;            // load the step's entries through CudaRuntime::prepare (in parallel)
+    JitImage jit_image = JitImage::Ptx;  // what a cold compile makes
 };
 
 struct StartupOptions {
@@ -124,7 +125,7 @@ CompileMeasurement measure_compiles(const StartupOptions& options);
 struct ModeResult {
     ModeResult(std::string key_name, std::string what) : key(std::move(key_name)), description(std::move(what)) {}
 
-    std::string key;          // "cold_entry", "cold_source", "warm_cubin", "warm_ptx"
+    std::string key;          // "cold_entry", "cold_source", "warm_cubin", "warm_ptx", "cold_prepared", ...
     std::string description;  // for the table
     // Milliseconds; "first"/"all" count from the runtime being constructed,
     // "process_to_*" from the parent's spawn call.
