@@ -44,6 +44,24 @@ struct FastestCase {
     }
 };
 
+// One node of the given features (N and K: a whole tile or not, as asked).
+FastestCase feature_case(DataType activation, std::size_t m, std::size_t bits, std::size_t block_size, bool zp,
+                         Bias bias, bool gamma, bool gate_up, std::size_t n, std::size_t k = 512)
+{
+    FastestCase c;
+    c.activation = activation;
+    c.m = m;
+    c.k = k;
+    c.n = n;
+    c.bits = bits;
+    c.block_size = block_size;
+    c.zero_points = zp;
+    c.bias = bias;
+    c.gamma = gamma ? std::optional<DataType>(activation) : std::nullopt;
+    c.gate_up = gate_up;
+    return c;
+}
+
 // Every M class (decode 1..16, fused prefill 17..128, dequantise + cuBLASLt
 // beyond) crossed with a rotation of the layouts, so that each layout feature
 // meets each M class and both activation types.
@@ -414,8 +432,10 @@ TEST_CASE("split-K prefill (NBITS_PREFILL_SPLIT_K): clusters of CTAs sharing a t
         std::uint32_t expected;  // CTAs per cluster after the one-k-tile-each clamp
     };
     std::vector<SplitCase> split_cases;
-    // The wgmma GEMM (64-k tiles): an even split, an uneven one (8 k tiles over 3 CTAs: 3, 3, 2), a K tail.
-    const std::vector<FastestCase> wide = wide_prefill_cases();
+    // The wgmma GEMM on sm_90 (64-k tiles): an even split, an uneven one (8 k tiles over 3 CTAs: 3, 3, 2), a K
+    // tail. Other GPUs take these nodes through the dequantise + cuBLASLt route, which is not split.
+    const std::vector<FastestCase> wide =
+        matmul_gpu().capabilities().sm() == 90 ? wide_prefill_cases() : std::vector<FastestCase>{};
     for (std::size_t i = 0; i < wide.size(); ++i) {
         split_cases.push_back({wide[i], i % 2 == 0 ? 2 : 3, static_cast<std::uint32_t>(i % 2 == 0 ? 2 : 3)});
     }
@@ -423,18 +443,8 @@ TEST_CASE("split-K prefill (NBITS_PREFILL_SPLIT_K): clusters of CTAs sharing a t
     // K = 512 in 4 tiles of 128 clamps 8 to 4; block 16 makes the tiles 64 deep (8 of them, 8 CTAs).
     auto fused = [&](DataType activation, std::size_t m, std::size_t k, std::size_t bits, std::size_t block_size,
                      bool zp, Bias bias, bool gamma, bool gate_up, int split, std::uint32_t expected) {
-        FastestCase c;
-        c.activation = activation;
-        c.m = m;
-        c.k = k;
-        c.n = 300;
-        c.bits = bits;
-        c.block_size = block_size;
-        c.zero_points = zp;
-        c.bias = bias;
-        c.gamma = gamma ? std::optional<DataType>(activation) : std::nullopt;
-        c.gate_up = gate_up;
-        split_cases.push_back({c, split, expected});
+        split_cases.push_back(
+            {feature_case(activation, m, bits, block_size, zp, bias, gamma, gate_up, 300, k), split, expected});
     };
     fused(DataType::Float16, 20, 1003, 4, 32, true, Bias::Folded, false, false, 3, 3);
     fused(DataType::BFloat16, 33, 512, 8, 64, false, Bias::PerToken, true, false, 8, 4);
@@ -485,17 +495,7 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
     std::vector<FastestCase> set;
     auto add = [&](DataType activation, std::size_t m, std::size_t bits, std::size_t block_size, bool zp, Bias bias,
                    bool gamma, bool gate_up) {
-        FastestCase c;
-        c.activation = activation;
-        c.m = m;
-        c.bits = bits;
-        c.block_size = block_size;
-        c.zero_points = zp;
-        c.bias = bias;
-        c.gamma = gamma ? std::optional<DataType>(activation) : std::nullopt;
-        c.gate_up = gate_up;
-        c.n = 157;
-        set.push_back(c);
+        set.push_back(feature_case(activation, m, bits, block_size, zp, bias, gamma, gate_up, 157));
     };
     add(DataType::Float16, 1, 4, 32, true, Bias::Folded, false, false);     // decode
     add(DataType::BFloat16, 9, 8, 64, true, Bias::PerToken, true, false);   // decode, two batch tiles, RMS norm
