@@ -213,16 +213,17 @@ void add_rmsnorm_rows(LaunchPlan& plan, const FastestRequest& fastest, BufferRef
         .add_to(plan, fastest.request);
 }
 
-// The fused GEMM (or the paired gate/up kernel) over `rows` rows.
-bool add_fused_prefill(LaunchPlan& plan, const FastestRequest& fastest, BufferRef activation, std::size_t row,
-                       std::size_t rows, bool wgmma)
+// The fused GEMM (or the paired gate/up kernel) over `rows` rows; the tiles it
+// launches with, or none when no tile configuration fits the device.
+std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestRequest& fastest, BufferRef activation,
+                                              std::size_t row, std::size_t rows, bool wgmma)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
     std::size_t shared_bytes = 0;
     std::optional<PrefillTiles> tiles =
         fit_tiles(wgmma ? kWgmmaTiles : preset_for(rows, config.k), fastest, shared_bytes);
     if (!tiles) {
-        return false;
+        return std::nullopt;
     }
     // At least one k tile per CTA of a cluster.
     tiles->split_k = static_cast<int>(
@@ -251,7 +252,7 @@ bool add_fused_prefill(LaunchPlan& plan, const FastestRequest& fastest, BufferRe
             .block(tiles->threads())
             .shared_memory(static_cast<std::uint32_t>(shared_bytes), true)
             .add_to(plan, fastest.request);
-        return true;
+        return tiles;
     }
     const std::size_t bias_row_bytes = fastest.bias_row_stride * element_size(o.activation_type);
     StepBuilder step("nbits_prefill_gemm", "nbits fused prefill GEMM");
@@ -273,7 +274,7 @@ bool add_fused_prefill(LaunchPlan& plan, const FastestRequest& fastest, BufferRe
         .block(tiles->threads())
         .shared_memory(static_cast<std::uint32_t>(shared_bytes), true)
         .add_to(plan, fastest.request);
-    return true;
+    return tiles;
 }
 
 void add_dequantize(LaunchPlan& plan, const FastestRequest& fastest, const HalfOperands& weights, int scratch,
@@ -502,6 +503,7 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
         }
         workspace = add_scratch(candidate, fastest.request, kGemmWorkspaceBytes, "the cuBLASLt workspace");
     }
+    int split_k = 1;  // the most CTAs a fused pass's clusters split K over
     for (std::size_t row = 0; row < m; row += rows_per_pass) {
         const std::size_t rows = std::min(rows_per_pass, m - row);
         BufferRef activation = rows_of(fastest.operands.activation, row, a_row_bytes);
@@ -510,20 +512,16 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
             activation = BufferRef::scratch(norm_scratch);
         }
         if (fused) {
-            if (!add_fused_prefill(candidate, fastest, activation, row, rows, wgmma)) {
+            const std::optional<PrefillTiles> tiles = add_fused_prefill(candidate, fastest, activation, row, rows, wgmma);
+            if (!tiles) {
                 return false;
             }
+            split_k = std::max(split_k, tiles->split_k);
         } else {
             add_dequantized_gemms(candidate, fastest, activation, row, rows, weights, gate, chunk_columns, workspace);
         }
     }
     const char* kind = paired ? "paired gate/up SwiGLU" : "MatMulNBits";
-    std::size_t split_k = 1;
-    for (const PlanStep& step : candidate.steps) {
-        if (const auto* kernel = std::get_if<KernelStep>(&step); kernel != nullptr && fused) {
-            split_k = std::max<std::size_t>(split_k, kernel->config.grid.z);
-        }
-    }
     set_variant(candidate,
                 wgmma   ? "nbits_prefill_wgmma"
                 : fused ? "nbits_prefill_fused"
