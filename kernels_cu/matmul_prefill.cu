@@ -57,8 +57,10 @@
 //                          fastest inside a group, so a wave shares weights
 //   NBITS_MIN_CTAS   [1]   __launch_bounds__ minimum CTAs per SM (register cap)
 //   NBITS_WGMMA      [0]   1: sm_90a warpgroup MMA (wgmma.mma_async) main loop;
-//                          needs TILE_N 128, TILE_K 64, WARPS_N 8, WARPS_M 1,
-//                          WARPS_K 1, TILE_M 128 or 256, and compute_90a
+//                          needs TILE_N 128 or 256 (64 weight rows a
+//                          warpgroup), WARPS_N = TILE_N / 16, TILE_K 64,
+//                          WARPS_M 1, WARPS_K 1, TILE_M 128 or 256, and
+//                          compute_90a
 //   NBITS_SPLIT_K    [1]   CTAs sharing one output tile (1..8, compute_90+):
 //                          a thread block cluster of SPLIT_K CTAs along z,
 //                          CTA z taking k tiles [z T, z T + T) with T =
@@ -442,9 +444,9 @@ static_assert(8 * kUnits <= kBlockSize, "a thread's k range must lie in one bloc
 static_assert(kTileN % 32 == 0, "TILE_N multiple of 32");
 static_assert(kStages >= 2, "at least two stages");
 static_assert(kSplitK >= 1 && kSplitK <= 8, "NBITS_SPLIT_K is 1..8 (a portable cluster size)");
-static_assert(!kWgmma || (kTileN == 128 && kTileK == 64 && kWarpsN == 8 && kWarpsM == 1 && kWarpsK == 1 &&
-                          (kTileM == 128 || kTileM == 256) && kStages >= 3),
-    "NBITS_WGMMA needs TILE_N 128, TILE_K 64, WARPS 8 x 1 x 1, TILE_M 128 or 256, STAGES >= 3");
+static_assert(!kWgmma || ((kTileN == 128 || kTileN == 256) && kWarpsN == kTileN / 16 && kTileK == 64 &&
+                          kWarpsM == 1 && kWarpsK == 1 && (kTileM == 128 || kTileM == 256) && kStages >= 3),
+    "NBITS_WGMMA needs TILE_N 128 or 256, WARPS TILE_N / 16 x 1 x 1, TILE_K 64, TILE_M 128 or 256, STAGES >= 3");
 
 // Physical 16-byte chunk of logical chunk `q` in token row `row`: a phase of
 // 8 lanes (two token rows, t = 0..3) reads 8 different bank groups.
@@ -803,9 +805,10 @@ __device__ __forceinline__ void compute_stage(
 }
 
 // ------------------------------------------------------ sm_90a warpgroup MMA
-// NBITS_WGMMA: the two warpgroups of a CTA each own 64 weight rows, the wgmma
-// M dimension (warp w of a warpgroup holds rows 16 w .. 16 w + 15, laid out
-// as the mma.sync A fragment); the tokens are its N (128 per instruction, two
+// NBITS_WGMMA: the warpgroups of a CTA (two or four) each own 64 weight rows,
+// the wgmma M dimension (warp w of the CTA holds rows 16 w .. 16 w + 15, laid
+// out as the mma.sync A fragment), and all read the same activation stage;
+// the tokens are its N (128 per instruction, two
 // instructions for TILE_M 256). The weights are dequantised into the A
 // registers in natural k order (thread t takes k pair t of each 8-k unit, the
 // same rounding as the mma.sync path), and the activations are read by wgmma

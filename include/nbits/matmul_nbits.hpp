@@ -57,13 +57,14 @@ struct MatMulNBitsConfig {
 // Developer overrides of the launch geometry, read once per operator:
 // NBITS_DOWN_COLS (8|4|2) and NBITS_ACC4_WARPS (1|2|4|8) for the original's
 // decode GEMVs (ONNX_GENAI_DOWN_COLS and ONNX_GENAI_ACC4_WARPS are accepted
-// as aliases), NBITS_PREFILL_SPLIT_K (1..8) for Fastest's fused prefill GEMM.
-// Other values are ignored.
+// as aliases), NBITS_PREFILL_SPLIT_K (1..8) and NBITS_PREFILL_WGMMA_TILE_N
+// (128|256) for Fastest's fused prefill GEMM. Other values are ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
 inline constexpr const char* kDownColumnsAliasEnv = "ONNX_GENAI_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsAliasEnv = "ONNX_GENAI_ACC4_WARPS";
 inline constexpr const char* kPrefillSplitKEnv = "NBITS_PREFILL_SPLIT_K";
+inline constexpr const char* kPrefillWgmmaTileNEnv = "NBITS_PREFILL_WGMMA_TILE_N";
 
 struct PlanOverrides {
     std::optional<int> down_columns;
@@ -73,15 +74,20 @@ struct PlanOverrides {
     // route then counts the split grid when it asks whether the SMs fill.
     // Unset: no split.
     std::optional<int> prefill_split_k;
+    // Weight rows per CTA of the sm_90 wgmma GEMM: 128 (two warpgroups, two
+    // CTAs an SM) or 256 (four warpgroups sharing each activation stage, one
+    // CTA an SM). Unset: 128.
+    std::optional<int> prefill_wgmma_tile_n;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
     // The same rules over given values (nullopt: unset). DOWN_COLS must be
-    // exactly "8", "4" or "2"; ACC4_WARPS and PREFILL_SPLIT_K are unsigned
-    // decimals with an optional '+' ("+4" and "04" count); ACC4_WARPS must
-    // be 1, 2, 4 or 8, PREFILL_SPLIT_K 1 to 8.
+    // exactly "8", "4" or "2"; the others are unsigned decimals with an
+    // optional '+' ("+4" and "04" count): ACC4_WARPS 1, 2, 4 or 8,
+    // PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256.
     static PlanOverrides parse(const std::optional<std::string>& down_columns,
                                const std::optional<std::string>& accuracy4_warps,
-                               const std::optional<std::string>& prefill_split_k = std::nullopt);
+                               const std::optional<std::string>& prefill_split_k = std::nullopt,
+                               const std::optional<std::string>& prefill_wgmma_tile_n = std::nullopt);
 };
 
 // What the plan may know about the machine, injected so that it stays pure.

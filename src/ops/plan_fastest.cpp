@@ -87,6 +87,10 @@ struct PrefillTiles {
 // CTAs an SM (the register cap of 128 that allows: at 129 and more one CTA
 // ran, 8B gate/up M = 128 117 against 89 us).
 constexpr PrefillTiles kWgmmaTiles{128, 128, 64, 8, 1, 1, 4, 2, true};
+// NBITS_PREFILL_WGMMA_TILE_N=256: four warpgroups over 256 weight rows, one
+// CTA an SM; each activation stage (read from L2 once per column tile) feeds
+// twice the rows.
+constexpr PrefillTiles kWgmmaWideTiles{256, 128, 64, 16, 1, 1, 4, 1, true};
 constexpr std::size_t kWgmmaMinM = 65;
 constexpr std::size_t kWgmmaMaxM = 256;
 
@@ -183,6 +187,12 @@ std::size_t requested_split_k(const FastestRequest& fastest)
     return static_cast<std::size_t>(*split);
 }
 
+// The wgmma GEMM's tiles: 128 weight rows a CTA unless NBITS_PREFILL_WGMMA_TILE_N asks for 256.
+PrefillTiles wgmma_tiles(const FastestRequest& fastest)
+{
+    return fastest.request.context.overrides.prefill_wgmma_tile_n == 256 ? kWgmmaWideTiles : kWgmmaTiles;
+}
+
 // Columns per dequantised chunk: whole cuBLASLt tiles of 64 where they fit,
 // else a multiple of 8 (16-byte rows of Y), at least 8.
 std::size_t whole_tiles(std::size_t columns)
@@ -221,7 +231,7 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
     const MatMulNBitsConfig& config = fastest.request.config;
     std::size_t shared_bytes = 0;
     std::optional<PrefillTiles> tiles =
-        fit_tiles(wgmma ? kWgmmaTiles : preset_for(rows, config.k), fastest, shared_bytes);
+        fit_tiles(wgmma ? wgmma_tiles(fastest) : preset_for(rows, config.k), fastest, shared_bytes);
     if (!tiles) {
         return std::nullopt;
     }
@@ -419,11 +429,10 @@ bool wgmma_prefill(const FastestRequest& fastest)
         return false;
     }
     const std::size_t sms = device.multiprocessor_count;
-    const std::size_t columns_per_cta =
-        static_cast<std::size_t>(fastest.up != nullptr ? kWgmmaTiles.tile_n / 2 : kWgmmaTiles.tile_n);
+    const PrefillTiles tiles = wgmma_tiles(fastest);
+    const std::size_t columns_per_cta = static_cast<std::size_t>(fastest.up != nullptr ? tiles.tile_n / 2 : tiles.tile_n);
     const std::size_t ctas = div_ceil(fastest.request.config.n, columns_per_cta) *
-                             div_ceil(fastest.m, static_cast<std::size_t>(kWgmmaTiles.tile_m)) *
-                             requested_split_k(fastest);
+                             div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m)) * requested_split_k(fastest);
     return 4 * ctas >= 3 * sms;
 }
 

@@ -205,21 +205,25 @@ TEST_CASE("the sm_90a wgmma prefill GEMM compiles for compute_90a in every dtype
     }
 }
 
-TEST_CASE("the split-K prefill GEMM compiles to a cluster kernel for compute_90 and compute_90a")
+TEST_CASE("the split-K prefill GEMM compiles to a cluster kernel for compute_90 and compute_90a, 256 wgmma rows too")
 {
     const jit::KernelSource& source = kernels::source_of_entry("nbits_prefill_gemm");
     for (const char* entry : {"nbits_prefill_gemm", "nbits_prefill_gate_up"}) {
-        for (const bool wgmma : {false, true}) {
+        // The mma.sync GEMM, and the wgmma GEMM with 128 and 256 weight rows a CTA.
+        for (const int wgmma_rows : {0, 128, 256}) {
+            const bool wgmma = wgmma_rows != 0;
             CAPTURE(entry);
-            CAPTURE(wgmma);
+            CAPTURE(wgmma_rows);
             jit::CompileRequest request;
             request.source = &source;
             request.entries = {entry};
             request.defines = {"NBITS_SPLIT_K=3", "NBITS_K=1003", "NBITS_HAS_ZP=1", "NBITS_BLOCK_SIZE=16"};
             if (wgmma) {
                 request.defines.insert(request.defines.end(),
-                                       {"NBITS_WGMMA=1", "NBITS_TILE_N=128", "NBITS_TILE_M=128", "NBITS_TILE_K=64",
-                                        "NBITS_WARPS_N=8", "NBITS_WARPS_M=1", "NBITS_WARPS_K=1"});
+                                       {"NBITS_WGMMA=1", fmt::format("NBITS_TILE_N={}", wgmma_rows),
+                                        "NBITS_TILE_M=128", "NBITS_TILE_K=64",
+                                        fmt::format("NBITS_WARPS_N={}", wgmma_rows / 16), "NBITS_WARPS_M=1",
+                                        "NBITS_WARPS_K=1"});
             }
             request.target = jit::Target::ptx(9, 0, wgmma);
             const std::string ptx = jit::compile(request).image;

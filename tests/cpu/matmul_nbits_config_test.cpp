@@ -185,6 +185,24 @@ TEST_CASE("NBITS_PREFILL_SPLIT_K parses like ACC4_WARPS and counts only from 1 t
     CHECK_FALSE(PlanOverrides::from_environment().prefill_split_k.has_value());
 }
 
+TEST_CASE("NBITS_PREFILL_WGMMA_TILE_N counts only as 128 or 256")
+{
+    for (const auto& [text, rows] : {std::pair{"128", 128}, std::pair{"256", 256}, std::pair{"+256", 256}}) {
+        CAPTURE(text);
+        CHECK(PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::string(text)).prefill_wgmma_tile_n ==
+              rows);
+    }
+    for (const char* ignored : {"64", "512", "0", "-256", " 256", "", "wide"}) {
+        CAPTURE(ignored);
+        CHECK_FALSE(PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::string(ignored))
+                        .prefill_wgmma_tile_n.has_value());
+    }
+    ::setenv(kPrefillWgmmaTileNEnv, "256", 1);
+    CHECK(PlanOverrides::from_environment().prefill_wgmma_tile_n == 256);
+    ::unsetenv(kPrefillWgmmaTileNEnv);
+    CHECK_FALSE(PlanOverrides::from_environment().prefill_wgmma_tile_n.has_value());
+}
+
 TEST_CASE("plan overrides come from the environment only through PlanOverrides::from_environment")
 {
     ::setenv(kDownColumnsEnv, "4", 1);

@@ -205,6 +205,40 @@ TEST_CASE("Fastest prefill split-K (NBITS_PREFILL_SPLIT_K): clusters along z on 
     CHECK(unsplit.defines == test::kernel_step(fastest(node(4096, 14336), rows(128)).plan(), 0).defines);
 }
 
+TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_N=256: four warpgroups over 256 weight rows")
+{
+    auto wide = [](test::Problem p, std::optional<int> split = std::nullopt) {
+        p.context.overrides.prefill_wgmma_tile_n = 256;
+        p.context.overrides.prefill_split_k = split;
+        return p;
+    };
+    // Llama-3-70B up at M = 128: 112 column tiles of 256 rows, one CTA of 512 threads an SM.
+    const LaunchPlan up = wide(fastest(node(8192, 28672), rows(128))).plan();
+    CHECK(up.variant == "nbits_prefill_wgmma");
+    const KernelStep& step = test::kernel_step(up, 0);
+    CHECK(defines(step, "NBITS_TILE_N=256"));
+    CHECK(defines(step, "NBITS_WARPS_N=16"));
+    CHECK(defines(step, "NBITS_MIN_CTAS=1"));
+    CHECK(step.arch_specific);
+    CHECK(step.config.grid == Dim3{112, 1, 1});
+    CHECK(step.config.block == Dim3{512, 1, 1});
+    // Four stages of 26624 bytes, below the staged fp32 tile: 128 tokens x 260 floats, plus 1024 to align.
+    CHECK(step.config.dynamic_shared_bytes == 134144);
+    // Llama-3-8B up at M = 128 has 56 such tiles: too few for the SMs unless split.
+    CHECK(wide(fastest(node(4096, 14336), rows(128))).plan().variant == "nbits_prefill_fused");
+    const LaunchPlan split = wide(fastest(node(4096, 14336), rows(128)), 2).plan();
+    CHECK(split.variant == "nbits_prefill_wgmma");
+    CHECK(test::kernel_step(split, 0).config.grid == Dim3{56, 1, 2});
+    // The paired node: 128 gate and 128 up rows a CTA.
+    const LaunchPlan paired = wide(fastest(test::marked(node(8192, 28672), kGateUpSwigluAttr), rows(128))).plan();
+    CHECK(paired.variant == "nbits_prefill_wgmma");
+    CHECK(test::kernel_step(paired, 0).config.grid == Dim3{224, 1, 1});
+    CHECK(defines(test::kernel_step(paired, 0), "NBITS_TILE_N=256"));
+    // Other devices and the mma.sync GEMM are unaffected.
+    CHECK(test::kernel_step(wide(fastest(node(4096, 14336), rows(64))).plan(), 0).config.block == Dim3{256, 1, 1});
+    CHECK(wide(fastest(node(8192, 28672), rows(128), Capabilities::a100())).plan().variant != "nbits_prefill_wgmma");
+}
+
 TEST_CASE("Fastest prefill beyond M = 128: dequantised column chunks through cuBLASLt, scratch within 64 MiB")
 {
     const LaunchPlan plan = fastest(node(4096, 14336), rows(2048)).plan();

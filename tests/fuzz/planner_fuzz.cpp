@@ -300,7 +300,9 @@ ops::PlanOverrides overrides_of(Choices& c)
         const std::optional<std::string> columns = c.pick(texts);
         const std::optional<std::string> warps = c.pick(texts);
         const std::optional<std::string> split = c.pick(texts);
-        return ops::PlanOverrides::parse(columns, warps, split);
+        const std::optional<std::string> rows = c.pick(std::vector<std::optional<std::string>>{
+            std::nullopt, "128", "256", "+256", "0256", "512", "64", "", "-256"});
+        return ops::PlanOverrides::parse(columns, warps, split, rows);
     }
     case 2: {
         ops::PlanOverrides raw;
@@ -308,6 +310,7 @@ ops::PlanOverrides overrides_of(Choices& c)
         raw.down_columns = c.pick(values);
         raw.accuracy4_warps = c.pick(values);
         raw.prefill_split_k = c.pick(values);
+        raw.prefill_wgmma_tile_n = c.pick(std::vector<int>{0, 128, 256, 512, -1});
         return raw;
     }
     default: return {};

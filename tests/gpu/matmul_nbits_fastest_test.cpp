@@ -476,6 +476,44 @@ TEST_CASE("split-K prefill (NBITS_PREFILL_SPLIT_K): clusters of CTAs sharing a t
     }
 }
 
+TEST_CASE("the sm_90 wgmma GEMM with 256 weight rows a CTA (NBITS_PREFILL_WGMMA_TILE_N) meets the float64 oracle")
+{
+    if (matmul_gpu().capabilities().sm() != 90) {
+        MESSAGE("the wgmma GEMM runs on sm_90 only");
+        return;
+    }
+    const ScopedEnv rows(ops::kPrefillWgmmaTileNEnv, std::string("256"));
+    std::uint64_t seed = 0x256a0000ull;
+    std::vector<FastestCase> wide = wide_prefill_cases();
+    for (std::size_t i = 0; i < wide.size(); ++i) {
+        // Twice the columns, so that 256-row tiles (128 output columns paired) still fill the SMs.
+        FastestCase& c = wide[i];
+        c.n = c.gate_up ? 6600 : 13000;
+        CAPTURE(c.describe());
+        // Every other node also split over clusters of 2.
+        const bool split = i % 2 == 1;
+        CAPTURE(split);
+        const ScopedEnv split_k(ops::kPrefillSplitKEnv, split ? std::optional<std::string>("2") : std::nullopt);
+        Outcome outcome;
+        try {
+            outcome = run_case(c, seed++);
+        } catch (const nbits::Error& error) {
+            FAIL_CHECK("the run failed: " << error.what());
+            continue;
+        }
+        CAPTURE(outcome.variant);
+        CAPTURE(outcome.error.describe());
+        CHECK(outcome.variant == "nbits_prefill_wgmma");
+        CHECK(outcome.split_k == (split ? 2u : 1u));
+        CHECK(outcome.error.all_finite);
+        if (c.activation == DataType::BFloat16) {
+            CHECK(outcome.error.max_abs <= 2e-2f * outcome.error.max_out);
+        } else {
+            CHECK(within_oracle_bound(outcome.error, c.bits == 8 ? 2e-3f : 1e-3f));
+        }
+    }
+}
+
 TEST_CASE("a Fastest run writes every element of Y, also for outputs that are not a whole tile")
 {
     for (const std::size_t m : {std::size_t{1}, std::size_t{7}, std::size_t{19}, std::size_t{150}}) {

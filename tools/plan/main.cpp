@@ -83,6 +83,7 @@ struct PlanOptions {
     std::optional<std::string> down_columns;
     std::optional<std::string> accuracy4_warps;
     std::optional<std::string> prefill_split_k;
+    std::optional<std::string> prefill_wgmma_tile_n;
 
     bool json = false;
     bool help = false;
@@ -141,6 +142,8 @@ tools::CommandLine command_line(PlanOptions& o)
                [&](const std::string& value) { o.accuracy4_warps = value; });
     cli.option("prefill-split-k", "1..8", "as NBITS_PREFILL_SPLIT_K (default: the environment's)",
                [&](const std::string& value) { o.prefill_split_k = value; });
+    cli.option("prefill-wgmma-tile-n", "128|256", "as NBITS_PREFILL_WGMMA_TILE_N (default: the environment's)",
+               [&](const std::string& value) { o.prefill_wgmma_tile_n = value; });
     cli.section("Output");
     cli.flag("json", "JSON instead of text", &o.json);
     cli.flag("help", "this text", &o.help);
@@ -203,7 +206,8 @@ std::string plan_text(const PlanOptions& o)
     }
     context.policy = o.policy;
     context.overrides = PlanOverrides::from_environment();
-    const PlanOverrides forced = PlanOverrides::parse(o.down_columns, o.accuracy4_warps, o.prefill_split_k);
+    const PlanOverrides forced = PlanOverrides::parse(o.down_columns, o.accuracy4_warps, o.prefill_split_k,
+                                                      o.prefill_wgmma_tile_n);
     if (forced.down_columns) {
         context.overrides.down_columns = forced.down_columns;
     }
@@ -212,6 +216,9 @@ std::string plan_text(const PlanOptions& o)
     }
     if (forced.prefill_split_k) {
         context.overrides.prefill_split_k = forced.prefill_split_k;
+    }
+    if (forced.prefill_wgmma_tile_n) {
+        context.overrides.prefill_wgmma_tile_n = forced.prefill_wgmma_tile_n;
     }
     context.read_g_idx = [&config](const TensorDesc& g_idx) {
         std::vector<std::int32_t> groups(g_idx.numel());
