@@ -316,6 +316,28 @@ Outcome run_node(const FastestNode& node)
 
 Outcome run_case(const FastestCase& c, std::uint64_t seed) { return run_node(make_node(c, seed)); }
 
+// The run of a case, or a failed check saying why it threw.
+std::optional<Outcome> run_or_fail(const FastestCase& c, std::uint64_t seed)
+{
+    try {
+        return run_case(c, seed);
+    } catch (const nbits::Error& error) {
+        FAIL_CHECK("the run failed: " << error.what());
+        return std::nullopt;
+    }
+}
+
+// The original's float64 bounds (bf16: 2e-2 of the output's scale), and no non-finite output.
+void check_oracle_bounds(const FastestCase& c, const Outcome& outcome)
+{
+    CHECK_MESSAGE(outcome.error.all_finite, "a non-finite output");
+    if (c.activation == DataType::BFloat16) {
+        CHECK(outcome.error.max_abs <= 2e-2f * outcome.error.max_out);
+    } else {
+        CHECK(within_oracle_bound(outcome.error, c.bits == 8 || c.activation == DataType::Float32 ? 2e-3f : 1e-3f));
+    }
+}
+
 }  // namespace
 
 TEST_CASE("KernelPolicy::Fastest meets the float64 oracle on every feature combination, fp16 and bf16")
@@ -340,17 +362,11 @@ TEST_CASE("KernelPolicy::Fastest meets the float64 oracle on every feature combi
         }
         CAPTURE(outcome.variant);
         CAPTURE(outcome.error.describe());
-        CHECK_MESSAGE(outcome.error.all_finite, "a non-finite output");
         // Fastest keeps the original's down-projection GEMV where it measured faster; all else is nbits' own.
         CHECK_MESSAGE((outcome.variant.rfind("nbits_", 0) == 0 || outcome.variant == "gemv_f16_down_projection"),
                       "neither one of nbits' own kernels nor the original's down projection");
-        if (c.activation == DataType::BFloat16) {
-            CHECK(outcome.error.max_abs <= 2e-2f * outcome.error.max_out);
-            worst_bf16.merge(outcome.error);
-        } else {
-            CHECK(within_oracle_bound(outcome.error, c.bits == 8 || c.activation == DataType::Float32 ? 2e-3f : 1e-3f));
-            worst_f16.merge(outcome.error);
-        }
+        check_oracle_bounds(c, outcome);
+        (c.activation == DataType::BFloat16 ? worst_bf16 : worst_f16).merge(outcome.error);
     }
     MESSAGE("worst fp16 and fp32: " << worst_f16.describe());
     MESSAGE("worst bf16: " << worst_bf16.describe() << " (relative "
@@ -411,12 +427,7 @@ TEST_CASE("the sm_90 wgmma prefill GEMM meets the float64 oracle on every featur
         if (sm90) {
             CHECK(outcome.variant == "nbits_prefill_wgmma");
         }
-        CHECK(outcome.error.all_finite);
-        if (c.activation == DataType::BFloat16) {
-            CHECK(outcome.error.max_abs <= 2e-2f * outcome.error.max_out);
-        } else {
-            CHECK(within_oracle_bound(outcome.error, c.bits == 8 ? 2e-3f : 1e-3f));
-        }
+        check_oracle_bounds(c, outcome);
     }
 }
 
@@ -457,22 +468,15 @@ TEST_CASE("split-K prefill (NBITS_PREFILL_SPLIT_K): clusters of CTAs sharing a t
         CAPTURE(c.describe());
         CAPTURE(split_case.split);
         const ScopedEnv split(ops::kPrefillSplitKEnv, std::to_string(split_case.split));
-        Outcome outcome;
-        try {
-            outcome = run_case(c, seed++);
-        } catch (const nbits::Error& error) {
-            FAIL_CHECK("the run failed: " << error.what());
+        const std::optional<Outcome> ran = run_or_fail(c, seed++);
+        if (!ran) {
             continue;
         }
+        const Outcome& outcome = *ran;
         CAPTURE(outcome.variant);
         CAPTURE(outcome.error.describe());
         CHECK(outcome.split_k == split_case.expected);
-        CHECK(outcome.error.all_finite);
-        if (c.activation == DataType::BFloat16) {
-            CHECK(outcome.error.max_abs <= 2e-2f * outcome.error.max_out);
-        } else {
-            CHECK(within_oracle_bound(outcome.error, c.bits == 8 ? 2e-3f : 1e-3f));
-        }
+        check_oracle_bounds(c, outcome);
     }
 }
 
@@ -494,23 +498,16 @@ TEST_CASE("the sm_90 wgmma GEMM with 256 weight rows a CTA (NBITS_PREFILL_WGMMA_
         const bool split = i % 2 == 1;
         CAPTURE(split);
         const ScopedEnv split_k(ops::kPrefillSplitKEnv, split ? std::optional<std::string>("2") : std::nullopt);
-        Outcome outcome;
-        try {
-            outcome = run_case(c, seed++);
-        } catch (const nbits::Error& error) {
-            FAIL_CHECK("the run failed: " << error.what());
+        const std::optional<Outcome> ran = run_or_fail(c, seed++);
+        if (!ran) {
             continue;
         }
+        const Outcome& outcome = *ran;
         CAPTURE(outcome.variant);
         CAPTURE(outcome.error.describe());
         CHECK(outcome.variant == "nbits_prefill_wgmma");
         CHECK(outcome.split_k == (split ? 2u : 1u));
-        CHECK(outcome.error.all_finite);
-        if (c.activation == DataType::BFloat16) {
-            CHECK(outcome.error.max_abs <= 2e-2f * outcome.error.max_out);
-        } else {
-            CHECK(within_oracle_bound(outcome.error, c.bits == 8 ? 2e-3f : 1e-3f));
-        }
+        check_oracle_bounds(c, outcome);
     }
 }
 
@@ -550,11 +547,18 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
     add(DataType::Float16, 130, 4, 32, false, Bias::Folded, false, false);  // wgmma split over a cluster of 3
     set.back().n = 6500;
     const std::size_t split_node = set.size() - 1;
+    add(DataType::Float16, 65, 4, 32, true, Bias::Plain, false, false);     // 256-row wgmma, clusters of 4
+    set.back().n = 6400;
+    const std::size_t wide_node = set.size() - 1;
     std::uint64_t seed = 0x5a17;
     for (std::size_t i = 0; i < set.size(); ++i) {
         const FastestCase& c = set[i];
         CAPTURE(c.describe());
-        const ScopedEnv split(ops::kPrefillSplitKEnv, i == split_node ? std::optional<std::string>("3") : std::nullopt);
+        const ScopedEnv split(ops::kPrefillSplitKEnv, i == split_node  ? std::optional<std::string>("3")
+                                                      : i == wide_node ? std::optional<std::string>("4")
+                                                                       : std::nullopt);
+        const ScopedEnv rows(ops::kPrefillWgmmaTileNEnv,
+                             i == wide_node ? std::optional<std::string>("256") : std::nullopt);
         const Outcome outcome = run_case(c, seed++);
         CAPTURE(outcome.variant);
         CHECK(outcome.error.all_finite);
