@@ -8,8 +8,9 @@
 //   64 < M <= 256   on sm_90: the same GEMM on warpgroup MMA (wgmma, compute_90a) when its
 //                   grid fills three quarters of the SMs
 //   otherwise       matmul_prefill.cu: dequantise chunks of columns into scratch, then cuBLASLt
-// NBITS_PREFILL_SPLIT_K (a developer override, compute capability 9.0+) splits
-// the fused GEMM's K over thread block clusters; nothing is split without it.
+// Developer overrides, until measured: NBITS_PREFILL_SPLIT_K (compute
+// capability 9.0+) splits the fused GEMM's K over thread block clusters, and
+// NBITS_PREFILL_WGMMA_TILE_N=256 gives the wgmma GEMM 256 weight rows a CTA.
 // The RMS-norm prologue is fused into the decode kernel; at prefill it
 // normalises chunks of rows into scratch first. Scratch never exceeds
 // kWorkspaceBudget, whatever the shape.

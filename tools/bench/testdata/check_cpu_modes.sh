@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Checks what nbits-bench and nbits-plan do without a GPU: help, lists,
-# option errors, plans, and every renderer over the synthetic sample reports
-# here (JSON read back and written again byte for byte, CSV, table, SVG).
-# Usage: check_cpu_modes.sh BUILD_DIR (holding nbits-bench and nbits-plan).
+# Checks what nbits-bench, nbits-plan and nbits-startup do without a GPU:
+# help, lists, option errors, plans, developer overrides, NVRTC-only startup
+# timing, and every renderer over the synthetic sample reports here (JSON read
+# back and written again byte for byte, CSV, table, SVG).
+# Usage: check_cpu_modes.sh BUILD_DIR (holding the three tools). CTest runs it
+# as tools_cpu_modes.
 set -uo pipefail
 build=${1:?usage: check_cpu_modes.sh BUILD_DIR}
 bench="$build/nbits-bench"
 plan="$build/nbits-plan"
+startup="$build/nbits-startup"
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -64,6 +67,38 @@ expect 0 "$plan" --K 4096 --N 6144 --policy fastest --device rtx5090 --json
 expect 2 "$plan"
 expect 2 "$plan" --K 4096 --N 6144 --device nope
 expect 1 "$plan" --K 4096 --N 6144 --bits 5
+
+# contains FILE TEXT: FILE (the last command's stdout) must hold TEXT.
+contains() {
+  if ! grep -qF -- "$2" "$1"; then
+    echo "FAIL: the output lacks: $2"
+    sed 's/^/  | /' "$1" | head -5
+    failed=1
+  fi
+}
+
+# Developer overrides: flags and the environment reach the plan; what they refuse is ignored.
+expect 0 "$plan" --K 4096 --N 6144 --m 128 --policy fastest --prefill-split-k 4
+contains "$work/out" "variant: nbits_prefill_wgmma"
+contains "$work/out" "-DNBITS_SPLIT_K=4"
+contains "$work/out" "grid 48x1x4 block 256x1x1"
+expect 0 env NBITS_PREFILL_SPLIT_K=2 "$plan" --K 4096 --N 6144 --m 128 --policy fastest
+contains "$work/out" "K split over clusters of 2 CTAs"
+expect 0 env NBITS_PREFILL_SPLIT_K=9 "$plan" --K 4096 --N 6144 --m 128 --policy fastest
+contains "$work/out" "variant: nbits_prefill_dequantize_cublaslt"
+expect 0 "$plan" --K 8192 --N 28672 --m 128 --policy fastest --prefill-wgmma-tile-n 256
+contains "$work/out" "grid 112x1x1 block 512x1x1 shared 134144 bytes"
+
+expect 0 "$startup" --help
+contains "$work/out" "--jit-image"
+expect 2 "$startup" --bogus
+expect 2 "$startup" --repeat 0
+expect 2 "$startup" --child
+expect 2 "$startup" --child --cache-dir "$work/cache" --jit-image elf
+expect 0 "$startup" --compile-only --repeat 1 --json
+contains "$work/out" '"measurement": "compile-only"'
+contains "$work/out" '"compute_90"'
+contains "$work/out" '"sm_90"'
 
 [ "$failed" -eq 0 ] && echo "check_cpu_modes: all passed"
 exit "$failed"
