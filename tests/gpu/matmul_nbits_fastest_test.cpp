@@ -338,6 +338,24 @@ void check_oracle_bounds(const FastestCase& c, const Outcome& outcome)
     }
 }
 
+// Runs a prefill case under the overrides the caller set in the environment: its clusters split K over
+// `split_k` CTAs, its variant is `variant` (when given), and it meets the oracle's bounds.
+void check_prefill_run(const FastestCase& c, std::uint64_t seed, std::uint32_t split_k, const char* variant = nullptr)
+{
+    const std::optional<Outcome> ran = run_or_fail(c, seed);
+    if (!ran) {
+        return;
+    }
+    const Outcome& outcome = *ran;
+    CAPTURE(outcome.variant);
+    CAPTURE(outcome.error.describe());
+    if (variant != nullptr) {
+        CHECK(outcome.variant == variant);
+    }
+    CHECK(outcome.split_k == split_k);
+    check_oracle_bounds(c, outcome);
+}
+
 }  // namespace
 
 TEST_CASE("KernelPolicy::Fastest meets the float64 oracle on every feature combination, fp16 and bf16")
@@ -468,15 +486,7 @@ TEST_CASE("split-K prefill (NBITS_PREFILL_SPLIT_K): clusters of CTAs sharing a t
         CAPTURE(c.describe());
         CAPTURE(split_case.split);
         const ScopedEnv split(ops::kPrefillSplitKEnv, std::to_string(split_case.split));
-        const std::optional<Outcome> ran = run_or_fail(c, seed++);
-        if (!ran) {
-            continue;
-        }
-        const Outcome& outcome = *ran;
-        CAPTURE(outcome.variant);
-        CAPTURE(outcome.error.describe());
-        CHECK(outcome.split_k == split_case.expected);
-        check_oracle_bounds(c, outcome);
+        check_prefill_run(c, seed++, split_case.expected);
     }
 }
 
@@ -498,16 +508,7 @@ TEST_CASE("the sm_90 wgmma GEMM with 256 weight rows a CTA (NBITS_PREFILL_WGMMA_
         const bool split = i % 2 == 1;
         CAPTURE(split);
         const ScopedEnv split_k(ops::kPrefillSplitKEnv, split ? std::optional<std::string>("2") : std::nullopt);
-        const std::optional<Outcome> ran = run_or_fail(c, seed++);
-        if (!ran) {
-            continue;
-        }
-        const Outcome& outcome = *ran;
-        CAPTURE(outcome.variant);
-        CAPTURE(outcome.error.describe());
-        CHECK(outcome.variant == "nbits_prefill_wgmma");
-        CHECK(outcome.split_k == (split ? 2u : 1u));
-        check_oracle_bounds(c, outcome);
+        check_prefill_run(c, seed++, split ? 2u : 1u, "nbits_prefill_wgmma");
     }
 }
 
