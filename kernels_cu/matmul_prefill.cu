@@ -943,6 +943,17 @@ __device__ __forceinline__ int split_index()
     return kSplitK > 1 ? (int)blockIdx.z : 0;
 }
 
+// Ends a main loop: this CTA's partial tile is staged in shared memory and,
+// with split-K, so is every other CTA's of the cluster, for the epilogue.
+__device__ __forceinline__ void staged_tile_ready()
+{
+    if constexpr (kSplitK > 1) {
+        cluster_sync();
+    } else {
+        __syncthreads();
+    }
+}
+
 // The cp.async pipeline over this CTA's k tiles, shared by both main loops:
 // STAGES - 1 tiles in flight, compute(stage, its shared address, tile) once
 // tile's copies have landed and every warp has finished the tile whose stage
@@ -1014,7 +1025,7 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(
             epi[(tok + 1) * kEpiStride + r + 8] = acc[h][4 * c + 3];
         }
     }
-    __syncthreads();
+    staged_tile_ready();
 }
 
 // The kernel's dynamic shared memory, aligned up to a stage boundary.
@@ -1027,7 +1038,8 @@ __device__ __forceinline__ u8* stage_memory(u8* raw)
 }
 
 // Main loop: accumulators of this thread's fragments over all of K, then the
-// staged fp32 tile in shared memory: epi[wk][token][CTA weight row].
+// staged fp32 tile in shared memory: epi[wk][token][CTA weight row], ready
+// for the epilogue (of every CTA of a split-K cluster).
 template <bool kPaired>
 __device__ __forceinline__ void gemm_mainloop(
     u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src,
@@ -1069,7 +1081,7 @@ __device__ __forceinline__ void gemm_mainloop(
             epi[(tok + 1) * kEpiStride + r + 8] = acc[i][f][3];
         }
     }
-    __syncthreads();
+    staged_tile_ready();
 }
 
 // Sum of 8 staged values from CTA weight row r0 over the k-splitting warps
@@ -1170,9 +1182,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) NBITS_CLU
     src.n = n;
     const int m0 = tile.y * kTileM;
     gemm_mainloop(smem, a, src, m, m0);
-    if constexpr (kSplitK > 1) {
-        cluster_sync();  // every CTA's partial tile is staged
-    }
 
     constexpr int kGroups = kTileN / 8;
     for (int item = first_epilogue_item(); item < kTileM * kGroups; item += kEpilogueStride) {
@@ -1242,9 +1251,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) NBITS_CLU
     src.n = n;
     const int m0 = tile.y * kTileM;
     gemm_mainloop(smem, a, src, m, m0);
-    if constexpr (kSplitK > 1) {
-        cluster_sync();  // every CTA's partial tile is staged
-    }
 
     constexpr int kGroups = kTileN / 2 / 8;
     for (int item = first_epilogue_item(); item < kTileM * kGroups; item += kEpilogueStride) {
