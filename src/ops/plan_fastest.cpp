@@ -395,6 +395,15 @@ void add_dequantized_gemms(LaunchPlan& plan, const FastestRequest& fastest, Buff
     }
 }
 
+// CTAs of a fused GEMM grid with `tiles` over the node's M rows: column tiles
+// (half as many columns a CTA for the paired node) x row tiles x the split.
+std::size_t prefill_ctas(const FastestRequest& fastest, const PrefillTiles& tiles)
+{
+    const std::size_t columns_per_cta = static_cast<std::size_t>(fastest.up != nullptr ? tiles.tile_n / 2 : tiles.tile_n);
+    return div_ceil(fastest.request.config.n, columns_per_cta) *
+           div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m)) * requested_split_k(fastest);
+}
+
 // Past M = 64 the fused kernel's 128 x 128 tiles run at about 1.75 TFLOP/s
 // per CTA on the H200, so a grid that leaves most SMs idle loses to the
 // dequantise + cuBLASLt route, whose cost is one pass over the weights plus a
@@ -407,12 +416,7 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
     if (fastest.m <= 64 || sms == 0) {
         return true;
     }
-    const PrefillTiles tiles = preset_for(fastest.m, fastest.request.config.k);
-    const std::size_t columns_per_cta =
-        static_cast<std::size_t>(fastest.up != nullptr ? tiles.tile_n / 2 : tiles.tile_n);
-    const std::size_t ctas = div_ceil(fastest.request.config.n, columns_per_cta) *
-                             div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m)) * requested_split_k(fastest);
-    return 2 * ctas >= sms;
+    return 2 * prefill_ctas(fastest, preset_for(fastest.m, fastest.request.config.k)) >= sms;
 }
 
 // sm_90 (wgmma is arch-specific: compute 9.0 exactly) for 64 < M <= 256 when
@@ -429,12 +433,7 @@ bool wgmma_prefill(const FastestRequest& fastest)
     if (device.compute_major != 9 || device.compute_minor != 0 || fastest.m < kWgmmaMinM || fastest.m > kWgmmaMaxM) {
         return false;
     }
-    const std::size_t sms = device.multiprocessor_count;
-    const PrefillTiles tiles = wgmma_tiles(fastest);
-    const std::size_t columns_per_cta = static_cast<std::size_t>(fastest.up != nullptr ? tiles.tile_n / 2 : tiles.tile_n);
-    const std::size_t ctas = div_ceil(fastest.request.config.n, columns_per_cta) *
-                             div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m)) * requested_split_k(fastest);
-    return 4 * ctas >= 3 * sms;
+    return 4 * prefill_ctas(fastest, wgmma_tiles(fastest)) >= 3 * device.multiprocessor_count;
 }
 
 bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)

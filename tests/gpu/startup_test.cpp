@@ -29,13 +29,18 @@ RuntimeOptions cached_in(const TempDir& dir)
     return options;
 }
 
-// What `nbits-prewarm --arch sm_XY` writes for this GPU and `kEntry`.
-std::string prewarm_cubin(const TempDir& dir)
+// The request `nbits-prewarm --arch sm_XY` compiles for this GPU and `kEntry`.
+jit::CompileRequest cubin_request()
 {
     const jit::Target target =
         jit::Target::cubin(gpu().capabilities().compute_major, gpu().capabilities().compute_minor);
-    const jit::CompileRequest request = module_request(kernels::source_of_entry(kEntry), kEntry, {},
-                                                       CompileGranularity::Entry, target);
+    return module_request(kernels::source_of_entry(kEntry), kEntry, {}, CompileGranularity::Entry, target);
+}
+
+// Writes what `nbits-prewarm --arch sm_XY` writes for this GPU and `kEntry`; returns its path.
+std::string prewarm_cubin(const TempDir& dir)
+{
+    const jit::CompileRequest request = cubin_request();
     jit::DiskCache cache(dir.path(), jit::kDefaultCacheMaxBytes);
     jit::compile_or_load(request, &cache);
     return cache.path_of(jit::ImageKey::for_request(request));
@@ -123,11 +128,8 @@ TEST_SUITE("disk cache on the GPU")
             CHECK(cold.internals().disk_cache()->stats().stores == 1);
         }
         // Stored under the key nbits-prewarm --arch sm_XY uses.
-        const jit::CompileRequest request =
-            module_request(kernels::source_of_entry(kEntry), kEntry, {}, CompileGranularity::Entry,
-                           jit::Target::cubin(caps.compute_major, caps.compute_minor));
         CHECK(std::ifstream(jit::DiskCache(dir.path(), jit::kDefaultCacheMaxBytes)
-                                .path_of(jit::ImageKey::for_request(request)))
+                                .path_of(jit::ImageKey::for_request(cubin_request())))
                   .good());
         CudaRuntime warm(cached_in(dir));
         CHECK(warm.internals().modules().target() == jit::Target::ptx(caps.compute_major, caps.compute_minor));

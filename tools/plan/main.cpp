@@ -206,19 +206,14 @@ std::string plan_text(const PlanOptions& o)
     }
     context.policy = o.policy;
     context.overrides = PlanOverrides::from_environment();
+    // A flag, when given and valid, wins over its environment variable.
     const PlanOverrides forced = PlanOverrides::parse(o.down_columns, o.accuracy4_warps, o.prefill_split_k,
                                                       o.prefill_wgmma_tile_n);
-    if (forced.down_columns) {
-        context.overrides.down_columns = forced.down_columns;
-    }
-    if (forced.accuracy4_warps) {
-        context.overrides.accuracy4_warps = forced.accuracy4_warps;
-    }
-    if (forced.prefill_split_k) {
-        context.overrides.prefill_split_k = forced.prefill_split_k;
-    }
-    if (forced.prefill_wgmma_tile_n) {
-        context.overrides.prefill_wgmma_tile_n = forced.prefill_wgmma_tile_n;
+    for (auto field : {&PlanOverrides::down_columns, &PlanOverrides::accuracy4_warps, &PlanOverrides::prefill_split_k,
+                       &PlanOverrides::prefill_wgmma_tile_n}) {
+        if (forced.*field) {
+            context.overrides.*field = forced.*field;
+        }
     }
     context.read_g_idx = [&config](const TensorDesc& g_idx) {
         std::vector<std::int32_t> groups(g_idx.numel());
