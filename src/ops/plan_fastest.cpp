@@ -175,17 +175,19 @@ void tile_defines(StepBuilder& step, const PrefillTiles& t)
     }
 }
 
-// CTAs splitting the K of one output tile (NBITS_PREFILL_SPLIT_K, a developer
-// override until measured): a thread block cluster of at most 8 (the portable
-// cluster size), so compute capability 9.0 and newer; 1 otherwise.
-std::size_t requested_split_k(const FastestRequest& fastest)
+// CTAs splitting the K of one output tile of `tiles` (NBITS_PREFILL_SPLIT_K, a
+// developer override until measured): a thread block cluster of at most 8 (the
+// portable cluster size), so compute capability 9.0 and newer, and at most one
+// CTA per k tile; 1 otherwise.
+std::size_t split_k_for(const FastestRequest& fastest, const PrefillTiles& tiles)
 {
     const PlanContext& context = fastest.request.context;
     const std::optional<int> split = context.overrides.prefill_split_k;
     if (!split || *split < 1 || *split > 8 || context.capabilities.compute_major < 9) {
         return 1;
     }
-    return static_cast<std::size_t>(*split);
+    return std::min(static_cast<std::size_t>(*split),
+                    div_ceil(fastest.request.config.k, static_cast<std::size_t>(tiles.tile_k)));
 }
 
 // The wgmma GEMM's tiles: 128 weight rows a CTA unless NBITS_PREFILL_WGMMA_TILE_N asks for 256.
@@ -236,9 +238,7 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
     if (!tiles) {
         return std::nullopt;
     }
-    // At least one k tile per CTA of a cluster.
-    tiles->split_k = static_cast<int>(
-        std::min(requested_split_k(fastest), div_ceil(config.k, static_cast<std::size_t>(tiles->tile_k))));
+    tiles->split_k = static_cast<int>(split_k_for(fastest, *tiles));
     const std::size_t y_row_bytes = config.n * element_size(fastest.operands.activation_type);
     const Specialisation spec{fastest};
     const HalfOperands& o = fastest.operands;
@@ -401,7 +401,7 @@ std::size_t prefill_ctas(const FastestRequest& fastest, const PrefillTiles& tile
 {
     const std::size_t columns_per_cta = static_cast<std::size_t>(fastest.up != nullptr ? tiles.tile_n / 2 : tiles.tile_n);
     return div_ceil(fastest.request.config.n, columns_per_cta) *
-           div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m)) * requested_split_k(fastest);
+           div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m)) * split_k_for(fastest, tiles);
 }
 
 // Past M = 64 the fused kernel's 128 x 128 tiles run at about 1.75 TFLOP/s
