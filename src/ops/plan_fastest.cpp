@@ -94,6 +94,9 @@ constexpr PrefillTiles kWgmmaTiles{128, 128, 64, 8, 1, 1, 4, 2, true};
 constexpr PrefillTiles kWgmmaWideTiles{256, 128, 64, 16, 1, 1, 4, 1, true};
 constexpr std::size_t kWgmmaMinM = 65;
 constexpr std::size_t kWgmmaMaxM = 256;
+// Weights (K x N) from which the split wgmma GEMM beats dequantise + cuBLASLt
+// on the H200 (see measured_split_k).
+constexpr std::size_t kSplitWgmmaMinWeights = 20000000;
 
 // The presets that measured fastest on an H200 by M (the harness of
 // matmul_prefill.cu), before the constraints of the node and the device.
@@ -175,18 +178,66 @@ void tile_defines(StepBuilder& step, const PrefillTiles& t)
     }
 }
 
-// CTAs splitting the K of one output tile of `tiles` (NBITS_PREFILL_SPLIT_K, a
-// developer override until measured): a thread block cluster of at most 8 (the
-// portable cluster size), so compute capability 9.0 and newer, and at most one
-// CTA per k tile; 1 otherwise.
+// Output tiles of a fused GEMM grid with `tiles` over the node's M rows:
+// column tiles (half as many columns a CTA for the paired node) x row tiles.
+std::size_t prefill_output_tiles(const FastestRequest& fastest, const PrefillTiles& tiles)
+{
+    const std::size_t columns_per_cta = static_cast<std::size_t>(fastest.up != nullptr ? tiles.tile_n / 2 : tiles.tile_n);
+    return div_ceil(fastest.request.config.n, columns_per_cta) *
+           div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m));
+}
+
+// The split the H200 measured fastest for a grid of `output_tiles` short of
+// the SMs (nbits-bench, fp16 int4 block 32, Llama-3-8B, split 1/2/4/8 each):
+// - mma.sync GEMM (M <= 64, two CTAs an SM): 2 while two CTAs a tile fit in
+//   1.5x the SMs, else none. qkv M = 64 (48 tiles) 42.1 -> 25.5 us, down
+//   M = 64 (32) 137.9 -> 69.3, o M = 32 (64) 19.4 -> 14.1; 4 was slower on
+//   each (34.1, 76.1, 21.1), as was 2 on up M = 64 (112 tiles, 43.2 -> 48.5).
+// - wgmma GEMM with one row tile (M <= 128): the largest of 4 and 2 that keeps
+//   the grid within the CTAs resident at once (two an SM for 128 weight rows). qkv M = 128 (48 tiles) 31.4 us split 4
+//   against 38.4 dequantised, down (32) 80.0 against 101.7, up (112) 48.4
+//   split 2 against 59.0. With two row tiles the split lost or tied (down
+//   M = 256: 4 gave 129.9 against 115.5 dequantised; up 92.4 against 85.1),
+//   and below about 20 M weights the dequantise + cuBLASLt route it competes
+//   with stays ahead (Llama-3-8B o, 16.8 M: 30.8 split 4 against 29.2;
+//   Qwen2.5-7B qkv, 16.5 M: 27.7 against 25.5; Llama-3-8B qkv, 25.2 M, won).
+std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& tiles)
+{
+    const Capabilities& device = fastest.request.context.capabilities;
+    const std::size_t sms = device.multiprocessor_count;
+    if (device.compute_major != 9 || sms == 0) {
+        return 1;  // measured on sm_90 only; the override reaches other cluster GPUs
+    }
+    const std::size_t output_tiles = prefill_output_tiles(fastest, tiles);
+    if (tiles.wgmma) {
+        const MatMulNBitsConfig& config = fastest.request.config;
+        if (div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m)) != 1 ||
+            config.k * config.n < kSplitWgmmaMinWeights) {
+            return 1;
+        }
+        for (const std::size_t split : {std::size_t{4}, std::size_t{2}}) {
+            if (output_tiles * split <= static_cast<std::size_t>(tiles.min_ctas) * sms) {
+                return split;
+            }
+        }
+        return 1;
+    }
+    return fastest.m <= 64 && 4 * output_tiles <= 3 * sms ? 2 : 1;
+}
+
+// CTAs splitting the K of one output tile of `tiles`: a thread block cluster
+// of at most 8 (the portable cluster size), so compute capability 9.0 and
+// newer, and at most one CTA per k tile. NBITS_PREFILL_SPLIT_K overrides the
+// measured choice.
 std::size_t split_k_for(const FastestRequest& fastest, const PrefillTiles& tiles)
 {
     const PlanContext& context = fastest.request.context;
-    const std::optional<int> split = context.overrides.prefill_split_k;
-    if (!split || *split < 1 || *split > 8 || context.capabilities.compute_major < 9) {
+    if (context.capabilities.compute_major < 9) {
         return 1;
     }
-    return std::min(static_cast<std::size_t>(*split),
+    const std::optional<int> split = context.overrides.prefill_split_k;
+    const bool overridden = split && *split >= 1 && *split <= 8;
+    return std::min(overridden ? static_cast<std::size_t>(*split) : measured_split_k(fastest, tiles),
                     div_ceil(fastest.request.config.k, static_cast<std::size_t>(tiles.tile_k)));
 }
 
@@ -395,13 +446,10 @@ void add_dequantized_gemms(LaunchPlan& plan, const FastestRequest& fastest, Buff
     }
 }
 
-// CTAs of a fused GEMM grid with `tiles` over the node's M rows: column tiles
-// (half as many columns a CTA for the paired node) x row tiles x the split.
+// CTAs of a fused GEMM grid with `tiles`: its output tiles times the split.
 std::size_t prefill_ctas(const FastestRequest& fastest, const PrefillTiles& tiles)
 {
-    const std::size_t columns_per_cta = static_cast<std::size_t>(fastest.up != nullptr ? tiles.tile_n / 2 : tiles.tile_n);
-    return div_ceil(fastest.request.config.n, columns_per_cta) *
-           div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m)) * split_k_for(fastest, tiles);
+    return prefill_output_tiles(fastest, tiles) * split_k_for(fastest, tiles);
 }
 
 // Past M = 64 the fused kernel's 128 x 128 tiles run at about 1.75 TFLOP/s

@@ -5,10 +5,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <thread>
 
 namespace nbits::test {
 
@@ -384,11 +386,21 @@ std::vector<double> effective_row(const OracleNode& node, std::size_t row)
     return a;
 }
 
-double dot_column(const std::vector<double>& a, const QuantizedWeights& weights, std::size_t column)
+// W's dequantised values at `column`, in K order.
+std::vector<double> dequantised_column(const QuantizedWeights& weights, std::size_t column)
+{
+    std::vector<double> values(weights.k);
+    for (std::size_t depth = 0; depth < weights.k; ++depth) {
+        values[depth] = weights.weight(column, depth);
+    }
+    return values;
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& w)
 {
     double sum = 0.0;
     for (std::size_t depth = 0; depth < a.size(); ++depth) {
-        sum += a[depth] * weights.weight(column, depth);
+        sum += a[depth] * w[depth];
     }
     return sum;
 }
@@ -398,20 +410,44 @@ double dot_column(const std::vector<double>& a, const QuantizedWeights& weights,
 std::vector<float> oracle_at(const OracleNode& node, const std::vector<std::size_t>& rows,
                              const std::vector<std::size_t>& columns)
 {
-    std::vector<float> expected;
-    expected.reserve(rows.size() * columns.size());
+    std::vector<std::vector<double>> a;
+    a.reserve(rows.size());
     for (const std::size_t row : rows) {
-        const std::vector<double> a = effective_row(node, row);
-        for (const std::size_t column : columns) {
-            double y = dot_column(a, *node.weights, column);
-            if (node.up != nullptr) {
-                y = y / (1.0 + std::exp(-y)) * dot_column(a, *node.up, column);
+        a.push_back(effective_row(node, row));
+    }
+    std::vector<float> expected(rows.size() * columns.size());
+    // Each column is dequantised once for all rows; columns are shared out
+    // over the host's cores (a prefill node is M x N x K in float64).
+    std::atomic<std::size_t> next{0};
+    auto work = [&] {
+        for (std::size_t c = next++; c < columns.size(); c = next++) {
+            const std::size_t column = columns[c];
+            const std::vector<double> gate = dequantised_column(*node.weights, column);
+            const std::vector<double> up =
+                node.up != nullptr ? dequantised_column(*node.up, column) : std::vector<double>{};
+            for (std::size_t r = 0; r < rows.size(); ++r) {
+                double y = dot(a[r], gate);
+                if (node.up != nullptr) {
+                    y = y / (1.0 + std::exp(-y)) * dot(a[r], up);
+                }
+                if (node.bias != nullptr) {
+                    y += static_cast<double>((*node.bias)[column]);
+                }
+                expected[r * columns.size() + c] = static_cast<float>(y);
             }
-            if (node.bias != nullptr) {
-                y += static_cast<double>((*node.bias)[column]);
-            }
-            expected.push_back(static_cast<float>(y));
         }
+    };
+    const std::size_t work_per_thread = 1u << 22;  // multiply-adds worth a thread
+    const std::size_t wanted = std::max<std::size_t>(1, rows.size() * columns.size() * node.weights->k / work_per_thread);
+    const std::size_t threads = std::min<std::size_t>({wanted, columns.size(),
+                                                       std::max(1u, std::thread::hardware_concurrency())});
+    std::vector<std::thread> pool;
+    for (std::size_t t = 1; t < threads; ++t) {
+        pool.emplace_back(work);
+    }
+    work();
+    for (std::thread& thread : pool) {
+        thread.join();
     }
     return expected;
 }

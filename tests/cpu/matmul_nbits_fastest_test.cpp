@@ -79,20 +79,27 @@ TEST_CASE("Fastest prefill: the fused tensor-core GEMM up to M = 128, specialise
 
 TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half the SMs")
 {
-    // Qwen2.5-7B qkv: 36 column tiles of 128 leave most of the H200's 132 SMs idle.
-    CHECK(fastest(node(3584, 4608), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
-    CHECK(fastest(node(3584, 4608), rows(65)).plan().variant == "nbits_prefill_dequantize_cublaslt");
-    CHECK(fastest(node(3584, 4608), rows(64)).plan().variant == "nbits_prefill_fused");
+    // The A100 (108 SMs, no wgmma, no clusters): Qwen2.5-7B qkv's 36 column tiles of 128 leave most SMs idle.
+    const Capabilities a100 = Capabilities::a100();
+    CHECK(fastest(node(3584, 4608), rows(128), a100).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(fastest(node(3584, 4608), rows(65), a100).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(fastest(node(3584, 4608), rows(64), a100).plan().variant == "nbits_prefill_fused");
     // ... and fill a 46-SM part.
     CHECK(fastest(node(3584, 4608), rows(128), Capabilities::sm89_46()).plan().variant == "nbits_prefill_fused");
-    // Llama-3-8B up: 112 tiles (on sm_90 the wgmma GEMM takes it); the paired gate/up node has twice the CTAs of
-    // its N.
-    CHECK(fastest(node(4096, 14336), rows(128), Capabilities::a100()).plan().variant == "nbits_prefill_fused");
-    CHECK(fastest(node(4096, 8192), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
-    CHECK(fastest(test::marked(node(3584, 4608), kGateUpSwigluAttr), rows(128)).plan().variant ==
+    // Llama-3-8B up: 112 tiles; the paired gate/up node has twice the CTAs of its N.
+    CHECK(fastest(node(4096, 14336), rows(128), a100).plan().variant == "nbits_prefill_fused");
+    CHECK(fastest(node(4096, 6144), rows(128), a100).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(fastest(test::marked(node(3584, 4608), kGateUpSwigluAttr), rows(128), a100).plan().variant ==
           "nbits_prefill_fused");
-    CHECK(fastest(test::marked(node(3584, 2048), kGateUpSwigluAttr), rows(128)).plan().variant ==
+    CHECK(fastest(test::marked(node(3584, 2048), kGateUpSwigluAttr), rows(128), a100).plan().variant ==
           "nbits_prefill_dequantize_cublaslt");
+    // On the H200 the wgmma GEMM split over clusters would fill the SMs, but below 20 M weights (Qwen2.5-7B
+    // qkv: 16.5 M) the dequantise + cuBLASLt route measured faster; Llama-3-8B qkv (25.2 M) splits over 4.
+    CHECK(fastest(node(3584, 4608), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(fastest(node(4096, 4096), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    const LaunchPlan h200 = fastest(node(4096, 6144), rows(128)).plan();
+    CHECK(h200.variant == "nbits_prefill_wgmma");
+    CHECK(test::kernel_step(h200, 0).config.grid == Dim3{48, 1, 4});
 }
 
 TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 64 < M <= 256 when its grid fills three quarters of the SMs")
@@ -109,7 +116,9 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 64 < M <= 256 when its g
         CHECK(defines(step, "NBITS_TILE_M=128"));
         CHECK(defines(step, "NBITS_TILE_K=64"));
         CHECK(defines(step, "NBITS_WARPS_N=8"));
-        CHECK(step.config.grid == Dim3{112, static_cast<std::uint32_t>((m + 127) / 128), 1});
+        // One row tile (M <= 128): 2 CTAs a tile fill the 264 resident on 132 SMs (the measured split).
+        const std::uint32_t row_tiles = static_cast<std::uint32_t>((m + 127) / 128);
+        CHECK(step.config.grid == Dim3{112, row_tiles, row_tiles == 1 ? 2u : 1u});
         CHECK(step.config.block == Dim3{256, 1, 1});
         // Four stages of 21504 bytes (1024-aligned) plus 1024 to align the base.
         CHECK(step.config.dynamic_shared_bytes == 87040);
@@ -120,8 +129,9 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 64 < M <= 256 when its g
     // Either side of the range: the mma.sync GEMM, the dequantised chunks.
     CHECK(fastest(node(4096, 14336), rows(64)).plan().variant == "nbits_prefill_fused");
     CHECK(fastest(node(4096, 14336), rows(257)).plan().variant == "nbits_prefill_dequantize_cublaslt");
-    // 48 column tiles (Llama-3-8B qkv) at M = 128 and 96 CTAs at M = 256 leave too many of the 132 SMs idle.
-    CHECK(fastest(node(4096, 6144), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    // 48 column tiles (Llama-3-8B qkv): at M = 128 split over clusters of 4 (192 CTAs); at M = 256 (two row
+    // tiles, not split) 96 CTAs leave too many of the 132 SMs idle.
+    CHECK(test::kernel_step(fastest(node(4096, 6144), rows(128)).plan(), 0).config.grid == Dim3{48, 1, 4});
     CHECK(fastest(node(4096, 6144), rows(256)).plan().variant == "nbits_prefill_dequantize_cublaslt");
     // Compute capability 9.0 only: sm_80, sm_89 and sm_120 keep their routes.
     for (const Capabilities& device : {Capabilities::a100(), Capabilities::rtx4090(), Capabilities::rtx5090()}) {
@@ -165,8 +175,9 @@ TEST_CASE("Fastest prefill split-K (NBITS_PREFILL_SPLIT_K): clusters along z on 
     CHECK(up.scratch_bytes.empty());
     CHECK(up.capture_safe);
     // Split grids count when the routes ask whether the SMs fill: Llama-3-8B qkv (48 tiles) at M = 128 takes
-    // the mma.sync GEMM with 2 CTAs a tile (96 of 132 SMs), the wgmma GEMM with 4 (192).
-    CHECK(fastest(node(4096, 6144), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    // dequantise + cuBLASLt unsplit, the mma.sync GEMM with 2 CTAs a tile (96 of 132 SMs), the wgmma GEMM with
+    // 4 (192).
+    CHECK(split(fastest(node(4096, 6144), rows(128)), 1).plan().variant == "nbits_prefill_dequantize_cublaslt");
     const LaunchPlan qkv2 = split(fastest(node(4096, 6144), rows(128)), 2).plan();
     CHECK(qkv2.variant == "nbits_prefill_fused");
     CHECK(test::kernel_step(qkv2, 0).config.grid == Dim3{48, 1, 2});
@@ -196,13 +207,21 @@ TEST_CASE("Fastest prefill split-K (NBITS_PREFILL_SPLIT_K): clusters along z on 
     }
     CHECK(test::kernel_step(split(fastest(node(4096, 14336), rows(64), Capabilities::rtx5090()), 4).plan(), 0)
               .config.grid.z == 4);
-    // Values outside 1..8 set by hand (not through parse) are ignored, and without a split nothing changes.
+    // Values outside 1..8 set by hand (not through parse) are ignored: the measured split stays (2 here).
+    const KernelStep measured = test::kernel_step(fastest(node(4096, 14336), rows(128)).plan(), 0);
+    CHECK(measured.config.grid.z == 2);
     for (const int ignored : {0, -1, 9, 1 << 30}) {
         CAPTURE(ignored);
-        CHECK(test::kernel_step(split(fastest(node(4096, 14336), rows(128)), ignored).plan(), 0).config.grid.z == 1);
+        const KernelStep step = test::kernel_step(split(fastest(node(4096, 14336), rows(128)), ignored).plan(), 0);
+        CHECK(step.config.grid == measured.config.grid);
+        CHECK(step.defines == measured.defines);
     }
+    // A split of 1 defines nothing: the unsplit kernel.
     const KernelStep unsplit = test::kernel_step(split(fastest(node(4096, 14336), rows(128)), 1).plan(), 0);
-    CHECK(unsplit.defines == test::kernel_step(fastest(node(4096, 14336), rows(128)).plan(), 0).defines);
+    CHECK(unsplit.config.grid.z == 1);
+    CHECK(split_of(unsplit) == 1);
+    CHECK(std::none_of(unsplit.defines.begin(), unsplit.defines.end(),
+                       [](const std::string& define) { return define.rfind("NBITS_SPLIT_K", 0) == 0; }));
 }
 
 TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_N=256: four warpgroups over 256 weight rows")
@@ -224,9 +243,10 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_N=256: four wa
     CHECK(step.config.block == Dim3{512, 1, 1});
     // Four stages of 26624 bytes, below the staged fp32 tile: 128 tokens x 260 floats, plus 1024 to align.
     CHECK(step.config.dynamic_shared_bytes == 134144);
-    // Llama-3-8B up at M = 128 has 56 such tiles: too few for the SMs unless split.
-    CHECK(wide(fastest(node(4096, 14336), rows(128))).plan().variant == "nbits_prefill_fused");
-    const LaunchPlan split = wide(fastest(node(4096, 14336), rows(128)), 2).plan();
+    // Llama-3-8B up at M = 128 has 56 such tiles: too few for the SMs unless split, by default over 2 CTAs
+    // (4 would exceed the one CTA an SM that is resident).
+    CHECK(wide(fastest(node(4096, 14336), rows(128)), 1).plan().variant == "nbits_prefill_fused");
+    const LaunchPlan split = wide(fastest(node(4096, 14336), rows(128))).plan();
     CHECK(split.variant == "nbits_prefill_wgmma");
     CHECK(test::kernel_step(split, 0).config.grid == Dim3{56, 1, 2});
     // The paired node: 128 gate and 128 up rows a CTA.

@@ -493,17 +493,19 @@ TEST_SUITE("nbits-prewarm: a model's shapes")
         if (tool.empty()) {
             return;
         }
-        const test::CommandResult plain = test::run_command("env -u NBITS_PREFILL_SPLIT_K " + tool);
-        const test::CommandResult split = test::run_command("env NBITS_PREFILL_SPLIT_K=4 " + tool);
-        INFO(plain.output);
+        const test::CommandResult unsplit = test::run_command("env NBITS_PREFILL_SPLIT_K=1 " + tool);
+        const test::CommandResult split = test::run_command("env NBITS_PREFILL_SPLIT_K=2 " + tool);
+        INFO(unsplit.output);
         INFO(split.output);
-        REQUIRE(plain.exit_code == 0);
+        REQUIRE(unsplit.exit_code == 0);
         REQUIRE(split.exit_code == 0);
-        // Llama-3-8B qkv at M = 128: dequantise + cuBLASLt unsplit, the wgmma GEMM over clusters of 4 split.
-        CHECK(plain.output.find("nbits_dequantize") != std::string::npos);
-        CHECK(plain.output.find("NBITS_SPLIT_K") == std::string::npos);
-        CHECK(split.output.find("sm_90a  matmul_prefill:nbits_prefill_gemm") != std::string::npos);
-        CHECK(split.output.find("-DNBITS_SPLIT_K=4") != std::string::npos);
+        // Llama-3-8B qkv at M = 128 (by default the wgmma GEMM over clusters of 4): dequantise + cuBLASLt
+        // unsplit, the mma.sync GEMM over clusters of 2.
+        CHECK(unsplit.output.find("nbits_dequantize") != std::string::npos);
+        CHECK(unsplit.output.find("NBITS_SPLIT_K") == std::string::npos);
+        CHECK(split.output.find("sm_90   matmul_prefill:nbits_prefill_gemm") != std::string::npos);
+        CHECK(split.output.find("-DNBITS_WGMMA=0") != std::string::npos);
+        CHECK(split.output.find("-DNBITS_SPLIT_K=2") != std::string::npos);
     }
 
     TEST_CASE("a shapes file lists nodes in the command line's vocabulary; its errors name the line")

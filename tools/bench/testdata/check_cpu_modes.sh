@@ -84,8 +84,10 @@ contains "$work/out" "-DNBITS_SPLIT_K=4"
 contains "$work/out" "grid 48x1x4 block 256x1x1"
 expect 0 env NBITS_PREFILL_SPLIT_K=2 "$plan" --K 4096 --N 6144 --m 128 --policy fastest
 contains "$work/out" "K split over clusters of 2 CTAs"
-expect 0 env NBITS_PREFILL_SPLIT_K=9 "$plan" --K 4096 --N 6144 --m 128 --policy fastest
+expect 0 env NBITS_PREFILL_SPLIT_K=1 "$plan" --K 4096 --N 6144 --m 128 --policy fastest
 contains "$work/out" "variant: nbits_prefill_dequantize_cublaslt"
+expect 0 env NBITS_PREFILL_SPLIT_K=9 "$plan" --K 4096 --N 6144 --m 128 --policy fastest
+contains "$work/out" "grid 48x1x4 block 256x1x1"
 expect 0 "$plan" --K 8192 --N 28672 --m 128 --policy fastest --prefill-wgmma-tile-n 256
 contains "$work/out" "grid 112x1x1 block 512x1x1 shared 134144 bytes"
 
