@@ -59,7 +59,7 @@
 //   NBITS_WGMMA      [0]   1: sm_90a warpgroup MMA (wgmma.mma_async) main loop;
 //                          needs TILE_N 128 or 256 (64 weight rows a
 //                          warpgroup), WARPS_N = TILE_N / 16, TILE_K 64,
-//                          WARPS_M 1, WARPS_K 1, TILE_M 128 or 256, and
+//                          WARPS_M 1, WARPS_K 1, TILE_M 64, 128 or 256, and
 //                          compute_90a
 //   NBITS_SPLIT_K    [1]   CTAs sharing one output tile (1..8, compute_90+):
 //                          a thread block cluster of SPLIT_K CTAs along z,
@@ -445,8 +445,9 @@ static_assert(kTileN % 32 == 0, "TILE_N multiple of 32");
 static_assert(kStages >= 2, "at least two stages");
 static_assert(kSplitK >= 1 && kSplitK <= 8, "NBITS_SPLIT_K is 1..8 (a portable cluster size)");
 static_assert(!kWgmma || ((kTileN == 128 || kTileN == 256) && kWarpsN == kTileN / 16 && kTileK == 64 &&
-                          kWarpsM == 1 && kWarpsK == 1 && (kTileM == 128 || kTileM == 256) && kStages >= 3),
-    "NBITS_WGMMA needs TILE_N 128 or 256, WARPS TILE_N / 16 x 1 x 1, TILE_K 64, TILE_M 128 or 256, STAGES >= 3");
+                          kWarpsM == 1 && kWarpsK == 1 && (kTileM == 64 || kTileM == 128 || kTileM == 256) &&
+                          kStages >= 3),
+    "NBITS_WGMMA needs TILE_N 128 or 256, WARPS TILE_N / 16 x 1 x 1, TILE_K 64, TILE_M 64, 128 or 256, STAGES >= 3");
 
 // Physical 16-byte chunk of logical chunk `q` in token row `row`: a phase of
 // 8 lanes (two token rows, t = 0..3) reads 8 different bank groups.
@@ -808,8 +809,8 @@ __device__ __forceinline__ void compute_stage(
 // NBITS_WGMMA: the warpgroups of a CTA (two or four) each own 64 weight rows,
 // the wgmma M dimension (warp w of the CTA holds rows 16 w .. 16 w + 15, laid
 // out as the mma.sync A fragment), and all read the same activation stage;
-// the tokens are its N (128 per instruction, two
-// instructions for TILE_M 256). The weights are dequantised into the A
+// the tokens are its N (64 or 128 per instruction: one instruction for
+// TILE_M 64 or 128, two for 256). The weights are dequantised into the A
 // registers in natural k order (thread t takes k pair t of each 8-k unit, the
 // same rounding as the mma.sync path), and the activations are read by wgmma
 // from the stage itself through a K-major 128B-swizzle descriptor.
@@ -830,10 +831,31 @@ __device__ __forceinline__ unsigned long long act_descriptor(const u32 address)
     return (unsigned long long)((address & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
 
-// d += A . B for a 64 x 128 x 16 step: A from registers, B (128 tokens x 16
-// k, K-major) from shared memory.
-__device__ __forceinline__ void wgmma_n128(float (&d)[64], const u32 (&a)[4], const unsigned long long b)
+[[maybe_unused]] constexpr int kWgmmaN = kTileM < 128 ? kTileM : 128;      // tokens per wgmma
+[[maybe_unused]] constexpr int kWgmmaHalves = kWgmma ? kTileM / kWgmmaN : 1;  // wgmmas per k16 step
+[[maybe_unused]] constexpr int kWgmmaAcc = kWgmmaN / 2;                      // accumulators per wgmma
+
+// d += A . B for a 64 x N x 16 step: A from registers, B (N tokens x 16 k,
+// K-major) from shared memory.
+__device__ __forceinline__ void wgmma_step(float (&d)[kWgmmaAcc], const u32 (&a)[4], const unsigned long long b)
 {
+    if constexpr (kWgmmaN == 64) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+#if NBITS_ACT_BF16
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+#else
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+#endif
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1)
+            : "memory");
+        return;
+    } else {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
 #if NBITS_ACT_BF16
@@ -852,13 +874,14 @@ __device__ __forceinline__ void wgmma_n128(float (&d)[64], const u32 (&a)[4], co
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1)
         : "memory");
+    }
 }
 
 // Keeps the compiler from touching the accumulators across a wgmma wait.
-__device__ __forceinline__ void fence_accumulators(float (&d)[64])
+__device__ __forceinline__ void fence_accumulators(float (&d)[kWgmmaAcc])
 {
 #pragma unroll
-    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < kWgmmaAcc; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // The dequantised pair t (k 2t, 2t + 1) of 8-k unit u of a weight row's stage
@@ -887,8 +910,6 @@ __device__ __forceinline__ u32 dequant_unit_pair(const u32* words, const int u, 
     }
 }
 
-[[maybe_unused]] constexpr int kWgmmaHalves = kWgmma ? kTileM / 128 : 1;  // 128-token wgmmas per k step
-
 // One k tile: the A fragments of its four k16 steps from rows r and r + 8,
 // each followed by its wgmma(s); waits for them before returning, so the
 // stage may be refilled once every warp has passed the next barrier. Not
@@ -897,7 +918,7 @@ __device__ __forceinline__ u32 dequant_unit_pair(const u32* words, const int u, 
 // two CTAs an SM: wrong results on the H200.
 template <bool kPaired>
 __device__ __forceinline__ void compute_stage_wgmma(
-    float (&acc)[kWgmmaHalves][64], const StageView& st, const u32 act_smem, const WeightSource<kPaired>& src,
+    float (&acc)[kWgmmaHalves][kWgmmaAcc], const StageView& st, const u32 act_smem, const WeightSource<kPaired>& src,
     const int tile)
 {
     const int lane = (int)threadIdx.x & 31;
@@ -928,7 +949,7 @@ __device__ __forceinline__ void compute_stage_wgmma(
         wgmma_fence();
 #pragma unroll
         for (int h = 0; h < kWgmmaHalves; ++h) {
-            wgmma_n128(acc[h], frag, act_descriptor(act_smem + 32 * s + h * 128 * 128));
+            wgmma_step(acc[h], frag, act_descriptor(act_smem + 32 * s + h * kWgmmaN * 128));
         }
     }
     wgmma_commit();
@@ -999,11 +1020,11 @@ template <bool kPaired>
 __device__ __forceinline__ void gemm_mainloop_wgmma(
     u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src, const int m, const int m0)
 {
-    float acc[kWgmmaHalves][64];
+    float acc[kWgmmaHalves][kWgmmaAcc];
 #pragma unroll
     for (int h = 0; h < kWgmmaHalves; ++h)
 #pragma unroll
-        for (int i = 0; i < 64; ++i) acc[h][i] = 0.0f;
+        for (int i = 0; i < kWgmmaAcc; ++i) acc[h][i] = 0.0f;
 
     staged_k_tiles(smem, a, src, m, m0, [&](const int stage, const u32 stage_address, const int tile) {
         compute_stage_wgmma(acc, stage_view(smem, stage), stage_address + kWBytes, src, tile);
@@ -1017,8 +1038,8 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(
 #pragma unroll
     for (int h = 0; h < kWgmmaHalves; ++h) {
 #pragma unroll
-        for (int c = 0; c < 16; ++c) {
-            const int tok = 128 * h + 8 * c + 2 * t;
+        for (int c = 0; c < kWgmmaN / 8; ++c) {
+            const int tok = kWgmmaN * h + 8 * c + 2 * t;
             epi[tok * kEpiStride + r] = acc[h][4 * c];
             epi[(tok + 1) * kEpiStride + r] = acc[h][4 * c + 1];
             epi[tok * kEpiStride + r + 8] = acc[h][4 * c + 2];

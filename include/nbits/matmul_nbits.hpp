@@ -57,14 +57,16 @@ struct MatMulNBitsConfig {
 // Developer overrides of the launch geometry, read once per operator:
 // NBITS_DOWN_COLS (8|4|2) and NBITS_ACC4_WARPS (1|2|4|8) for the original's
 // decode GEMVs (ONNX_GENAI_DOWN_COLS and ONNX_GENAI_ACC4_WARPS are accepted
-// as aliases), NBITS_PREFILL_SPLIT_K (1..8) and NBITS_PREFILL_WGMMA_TILE_N
-// (128|256) for Fastest's fused prefill GEMM. Other values are ignored.
+// as aliases), NBITS_PREFILL_SPLIT_K (1..8), NBITS_PREFILL_WGMMA_TILE_N
+// (128|256) and NBITS_PREFILL_WGMMA_MIN_M (17..65) for Fastest's fused
+// prefill GEMM. Other values are ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
 inline constexpr const char* kDownColumnsAliasEnv = "ONNX_GENAI_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsAliasEnv = "ONNX_GENAI_ACC4_WARPS";
 inline constexpr const char* kPrefillSplitKEnv = "NBITS_PREFILL_SPLIT_K";
 inline constexpr const char* kPrefillWgmmaTileNEnv = "NBITS_PREFILL_WGMMA_TILE_N";
+inline constexpr const char* kPrefillWgmmaMinMEnv = "NBITS_PREFILL_WGMMA_MIN_M";
 
 struct PlanOverrides {
     std::optional<int> down_columns;
@@ -72,22 +74,28 @@ struct PlanOverrides {
     // CTAs (a thread block cluster, compute capability 9.0 and newer) that
     // split the K of one output tile of the fused prefill GEMM; the wgmma
     // route then counts the split grid when it asks whether the SMs fill.
-    // Unset: no split.
+    // Unset: the split measured fastest on sm_90 (none elsewhere).
     std::optional<int> prefill_split_k;
     // Weight rows per CTA of the sm_90 wgmma GEMM: 128 (two warpgroups, two
     // CTAs an SM) or 256 (four warpgroups sharing each activation stage, one
     // CTA an SM). Unset: 128.
     std::optional<int> prefill_wgmma_tile_n;
+    // The smallest M the sm_90 wgmma GEMM takes (17..65); below 65 it runs
+    // tiles of 64 tokens (wgmma m64n64k16) where the mma.sync GEMM would.
+    // Unset: 65.
+    std::optional<int> prefill_wgmma_min_m;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
     // The same rules over given values (nullopt: unset). DOWN_COLS must be
     // exactly "8", "4" or "2"; the others are unsigned decimals with an
     // optional '+' ("+4" and "04" count): ACC4_WARPS 1, 2, 4 or 8,
-    // PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256.
+    // PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256,
+    // PREFILL_WGMMA_MIN_M 17 to 65.
     static PlanOverrides parse(const std::optional<std::string>& down_columns,
                                const std::optional<std::string>& accuracy4_warps,
                                const std::optional<std::string>& prefill_split_k = std::nullopt,
-                               const std::optional<std::string>& prefill_wgmma_tile_n = std::nullopt);
+                               const std::optional<std::string>& prefill_wgmma_tile_n = std::nullopt,
+                               const std::optional<std::string>& prefill_wgmma_min_m = std::nullopt);
 };
 
 // What the plan may know about the machine, injected so that it stays pure.

@@ -215,7 +215,8 @@ std::size_t MatMulNBitsConfig::accuracy4_workspace_bytes() const
 PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_columns,
                                    const std::optional<std::string>& accuracy4_warps,
                                    const std::optional<std::string>& prefill_split_k,
-                                   const std::optional<std::string>& prefill_wgmma_tile_n)
+                                   const std::optional<std::string>& prefill_wgmma_tile_n,
+                                   const std::optional<std::string>& prefill_wgmma_min_m)
 {
     PlanOverrides overrides;
     // The original matches the exact strings "8", "4" and "2" (no sign, no padding).
@@ -240,6 +241,12 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
             overrides.prefill_wgmma_tile_n = static_cast<int>(*rows);
         }
     }
+    if (prefill_wgmma_min_m) {
+        const std::optional<std::uint32_t> rows = parse_u32(*prefill_wgmma_min_m);
+        if (rows && *rows >= 17 && *rows <= 65) {
+            overrides.prefill_wgmma_min_m = static_cast<int>(*rows);
+        }
+    }
     return overrides;
 }
 
@@ -251,7 +258,7 @@ PlanOverrides PlanOverrides::from_environment()
         return value ? value : environment(alias);
     };
     return parse(first(kDownColumnsEnv, kDownColumnsAliasEnv), first(kAccuracy4WarpsEnv, kAccuracy4WarpsAliasEnv),
-                 environment(kPrefillSplitKEnv), environment(kPrefillWgmmaTileNEnv));
+                 environment(kPrefillSplitKEnv), environment(kPrefillWgmmaTileNEnv), environment(kPrefillWgmmaMinMEnv));
 }
 
 MatMulNBits::MatMulNBits(std::shared_ptr<CudaRuntime> runtime, const NodeAttributes& attributes,

@@ -93,6 +93,7 @@ constexpr PrefillTiles kWgmmaTiles{128, 128, 64, 8, 1, 1, 4, 2, true};
 // twice the rows.
 constexpr PrefillTiles kWgmmaWideTiles{256, 128, 64, 16, 1, 1, 4, 1, true};
 constexpr std::size_t kWgmmaMinM = 65;
+constexpr std::size_t kWgmmaSmallTileM = 64;
 constexpr std::size_t kWgmmaMaxM = 256;
 // Weights (K x N) from which the split wgmma GEMM beats dequantise + cuBLASLt
 // on the H200 (see measured_split_k).
@@ -241,10 +242,15 @@ std::size_t split_k_for(const FastestRequest& fastest, const PrefillTiles& tiles
                     div_ceil(fastest.request.config.k, static_cast<std::size_t>(tiles.tile_k)));
 }
 
-// The wgmma GEMM's tiles: 128 weight rows a CTA unless NBITS_PREFILL_WGMMA_TILE_N asks for 256.
+// The wgmma GEMM's tiles: 128 weight rows a CTA unless NBITS_PREFILL_WGMMA_TILE_N asks for 256; 64 tokens
+// (wgmma m64n64k16) for M <= 64, which NBITS_PREFILL_WGMMA_MIN_M routes here.
 PrefillTiles wgmma_tiles(const FastestRequest& fastest)
 {
-    return fastest.request.context.overrides.prefill_wgmma_tile_n == 256 ? kWgmmaWideTiles : kWgmmaTiles;
+    PrefillTiles tiles = fastest.request.context.overrides.prefill_wgmma_tile_n == 256 ? kWgmmaWideTiles : kWgmmaTiles;
+    if (fastest.m <= kWgmmaSmallTileM) {
+        tiles.tile_m = static_cast<int>(kWgmmaSmallTileM);
+    }
+    return tiles;
 }
 
 // Columns per dequantised chunk: whole cuBLASLt tiles of 64 where they fit,
@@ -478,7 +484,9 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
 bool wgmma_prefill(const FastestRequest& fastest)
 {
     const Capabilities& device = fastest.request.context.capabilities;
-    if (device.compute_major != 9 || device.compute_minor != 0 || fastest.m < kWgmmaMinM || fastest.m > kWgmmaMaxM) {
+    const std::size_t min_m =
+        static_cast<std::size_t>(fastest.request.context.overrides.prefill_wgmma_min_m.value_or(kWgmmaMinM));
+    if (device.compute_major != 9 || device.compute_minor != 0 || fastest.m < min_m || fastest.m > kWgmmaMaxM) {
         return false;
     }
     return 4 * prefill_ctas(fastest, wgmma_tiles(fastest)) >= 3 * device.multiprocessor_count;

@@ -176,30 +176,35 @@ TEST_SUITE("compile-all")
     }
 }
 
-TEST_CASE("the sm_90a wgmma prefill GEMM compiles for compute_90a in every dtype, bits and entry")
+TEST_CASE("the sm_90a wgmma prefill GEMM compiles for compute_90a in every dtype, bits, entry and token tile")
 {
     const jit::KernelSource& source = kernels::source_of_entry("nbits_prefill_gemm");
     for (const char* entry : {"nbits_prefill_gemm", "nbits_prefill_gate_up"}) {
         for (const int bf16 : {0, 1}) {
             for (const int bits : {4, 8}) {
-                CAPTURE(entry);
-                CAPTURE(bf16);
-                CAPTURE(bits);
-                jit::CompileRequest request;
-                request.source = &source;
-                request.entries = {entry};
-                request.defines = {"NBITS_WGMMA=1", "NBITS_TILE_N=128", "NBITS_TILE_M=128", "NBITS_TILE_K=64",
-                                   "NBITS_WARPS_N=8", "NBITS_WARPS_M=1", "NBITS_WARPS_K=1", "NBITS_STAGES=4",
-                                   "NBITS_K=1000", "NBITS_HAS_ZP=1", fmt::format("NBITS_ACT_BF16={}", bf16),
-                                   fmt::format("NBITS_BITS={}", bits), "NBITS_BLOCK_SIZE=16"};
-                request.target = jit::Target::ptx(9, 0, true);
-                const jit::CompiledImage image = jit::compile(request);
-                CHECK(image.image.find(".target sm_90a") != std::string::npos);
-                CHECK(image.image.find(bf16 ? "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
-                                            : "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16") !=
-                      std::string::npos);
-                request.target = jit::Target::cubin(9, 0, true);
-                CHECK_FALSE(jit::compile(request).image.empty());
+                // 128 tokens a CTA (m64n128k16), and 64 for M <= 64 (m64n64k16).
+                for (const int tokens : {128, 64}) {
+                    CAPTURE(entry);
+                    CAPTURE(bf16);
+                    CAPTURE(bits);
+                    CAPTURE(tokens);
+                    jit::CompileRequest request;
+                    request.source = &source;
+                    request.entries = {entry};
+                    request.defines = {"NBITS_WGMMA=1", "NBITS_TILE_N=128", fmt::format("NBITS_TILE_M={}", tokens),
+                                       "NBITS_TILE_K=64", "NBITS_WARPS_N=8", "NBITS_WARPS_M=1", "NBITS_WARPS_K=1",
+                                       "NBITS_STAGES=4", "NBITS_K=1000", "NBITS_HAS_ZP=1",
+                                       fmt::format("NBITS_ACT_BF16={}", bf16), fmt::format("NBITS_BITS={}", bits),
+                                       "NBITS_BLOCK_SIZE=16"};
+                    request.target = jit::Target::ptx(9, 0, true);
+                    const jit::CompiledImage image = jit::compile(request);
+                    CHECK(image.image.find(".target sm_90a") != std::string::npos);
+                    const std::string instruction =
+                        fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.{}", tokens, bf16 ? "bf16.bf16" : "f16.f16");
+                    CHECK(image.image.find(instruction) != std::string::npos);
+                    request.target = jit::Target::cubin(9, 0, true);
+                    CHECK_FALSE(jit::compile(request).image.empty());
+                }
             }
         }
     }

@@ -203,6 +203,26 @@ TEST_CASE("NBITS_PREFILL_WGMMA_TILE_N counts only as 128 or 256")
     CHECK_FALSE(PlanOverrides::from_environment().prefill_wgmma_tile_n.has_value());
 }
 
+TEST_CASE("NBITS_PREFILL_WGMMA_MIN_M counts only from 17 to 65")
+{
+    auto parse = [](const char* text) {
+        return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::string(text))
+            .prefill_wgmma_min_m;
+    };
+    for (const auto& [text, m] : {std::pair{"17", 17}, std::pair{"33", 33}, std::pair{"65", 65}, std::pair{"+40", 40}}) {
+        CAPTURE(text);
+        CHECK(parse(text) == m);
+    }
+    for (const char* ignored : {"16", "1", "66", "128", "0", "-17", " 17", "", "small"}) {
+        CAPTURE(ignored);
+        CHECK_FALSE(parse(ignored).has_value());
+    }
+    ::setenv(kPrefillWgmmaMinMEnv, "17", 1);
+    CHECK(PlanOverrides::from_environment().prefill_wgmma_min_m == 17);
+    ::unsetenv(kPrefillWgmmaMinMEnv);
+    CHECK_FALSE(PlanOverrides::from_environment().prefill_wgmma_min_m.has_value());
+}
+
 TEST_CASE("plan overrides come from the environment only through PlanOverrides::from_environment")
 {
     ::setenv(kDownColumnsEnv, "4", 1);

@@ -224,6 +224,43 @@ TEST_CASE("Fastest prefill split-K (NBITS_PREFILL_SPLIT_K): clusters along z on 
                        [](const std::string& define) { return define.rfind("NBITS_SPLIT_K", 0) == 0; }));
 }
 
+TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_MIN_M: the wgmma GEMM over 64-token tiles below M = 65")
+{
+    auto from = [](test::Problem p, int min_m) {
+        p.context.overrides.prefill_wgmma_min_m = min_m;
+        return p;
+    };
+    // Llama-3-8B qkv at M = 64: 48 column tiles of 128 weight rows and 64 tokens, K split over 4 (25.2 M weights).
+    const LaunchPlan qkv = from(fastest(node(4096, 6144), rows(64)), 17).plan();
+    CHECK(qkv.variant == "nbits_prefill_wgmma");
+    REQUIRE(entries(qkv) == std::vector<std::string>{"nbits_prefill_gemm"});
+    const KernelStep& step = test::kernel_step(qkv, 0);
+    CHECK(step.arch_specific);
+    CHECK(defines(step, "NBITS_WGMMA=1"));
+    CHECK(defines(step, "NBITS_TILE_M=64"));
+    CHECK(defines(step, "NBITS_TILE_N=128"));
+    CHECK(step.config.grid == Dim3{48, 1, 4});
+    CHECK(step.config.block == Dim3{256, 1, 1});
+    // Four stages of 13312 bytes (4096 of weights, 8192 of activations, 1024 of scales) plus 1024 to align.
+    CHECK(step.config.dynamic_shared_bytes == 54272);
+    // From the given M: 32 rows take it with 17, not with 33; M = 16 stays the decode kernel.
+    CHECK(from(fastest(node(4096, 6144), rows(32)), 17).plan().variant == "nbits_prefill_wgmma");
+    CHECK(from(fastest(node(4096, 6144), rows(32)), 33).plan().variant == "nbits_prefill_fused");
+    CHECK(from(fastest(node(4096, 6144), rows(16)), 17).plan().variant == "nbits_decode");
+    // 65 and up keeps 128-token tiles; without the override M <= 64 is the mma.sync GEMM's.
+    CHECK(defines(test::kernel_step(from(fastest(node(4096, 14336), rows(65)), 17).plan(), 0), "NBITS_TILE_M=128"));
+    CHECK(fastest(node(4096, 6144), rows(64)).plan().variant == "nbits_prefill_fused");
+    // A grid short of the SMs keeps the mma.sync GEMM (Llama-3-8B o: 32 tiles, below 20 M weights, not split),
+    // as do other GPUs; the paired node runs 64 gate and 64 up rows a CTA.
+    CHECK(from(fastest(node(4096, 4096), rows(64)), 17).plan().variant == "nbits_prefill_fused");
+    CHECK(from(fastest(node(4096, 6144), rows(64), Capabilities::a100()), 17).plan().variant != "nbits_prefill_wgmma");
+    const LaunchPlan paired = from(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(48)), 17).plan();
+    CHECK(paired.variant == "nbits_prefill_wgmma");
+    CHECK(test::kernel_step(paired, 0).entry == "nbits_prefill_gate_up");
+    CHECK(defines(test::kernel_step(paired, 0), "NBITS_TILE_M=64"));
+    CHECK(test::kernel_step(paired, 0).config.grid == Dim3{224, 1, 1});
+}
+
 TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_N=256: four warpgroups over 256 weight rows")
 {
     auto wide = [](test::Problem p, std::optional<int> split = std::nullopt) {

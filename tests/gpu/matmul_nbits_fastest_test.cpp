@@ -512,6 +512,30 @@ TEST_CASE("the sm_90 wgmma GEMM with 256 weight rows a CTA (NBITS_PREFILL_WGMMA_
     }
 }
 
+TEST_CASE("the sm_90 wgmma GEMM over 64-token tiles (NBITS_PREFILL_WGMMA_MIN_M) meets the float64 oracle below M = 65")
+{
+    if (matmul_gpu().capabilities().sm() != 90) {
+        MESSAGE("the wgmma GEMM runs on sm_90 only");
+        return;
+    }
+    const ScopedEnv min_m(ops::kPrefillWgmmaMinMEnv, std::string("17"));
+    std::uint64_t seed = 0x64a0000ull;
+    std::vector<FastestCase> wide = wide_prefill_cases();
+    const std::size_t tokens[] = {17, 33, 64, 40};
+    for (std::size_t i = 0; i < wide.size(); ++i) {
+        // Columns enough for 64-token tiles to fill the SMs unsplit (under 20 M weights), M from 17 to 64.
+        FastestCase& c = wide[i];
+        c.m = tokens[i % 4];
+        c.n = c.gate_up ? 6600 : 13000;
+        CAPTURE(c.describe());
+        // Every other node also split over clusters of 2.
+        const bool split = i % 2 == 1;
+        CAPTURE(split);
+        const ScopedEnv split_k(ops::kPrefillSplitKEnv, split ? std::optional<std::string>("2") : std::nullopt);
+        check_prefill_run(c, seed++, split ? 2u : 1u, "nbits_prefill_wgmma");
+    }
+}
+
 TEST_CASE("a Fastest run writes every element of Y, also for outputs that are not a whole tile")
 {
     for (const std::size_t m : {std::size_t{1}, std::size_t{7}, std::size_t{19}, std::size_t{150}}) {
@@ -551,6 +575,9 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
     add(DataType::Float16, 65, 4, 32, true, Bias::Plain, false, false);     // 256-row wgmma, clusters of 4
     set.back().n = 6400;
     const std::size_t wide_node = set.size() - 1;
+    add(DataType::BFloat16, 48, 4, 32, true, Bias::PerToken, false, false);  // 64-token wgmma (WGMMA_MIN_M)
+    set.back().n = 13000;
+    const std::size_t small_m_node = set.size() - 1;
     std::uint64_t seed = 0x5a17;
     for (std::size_t i = 0; i < set.size(); ++i) {
         const FastestCase& c = set[i];
@@ -560,6 +587,8 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
                                                                        : std::nullopt);
         const ScopedEnv rows(ops::kPrefillWgmmaTileNEnv,
                              i == wide_node ? std::optional<std::string>("256") : std::nullopt);
+        const ScopedEnv min_m(ops::kPrefillWgmmaMinMEnv,
+                              i == small_m_node ? std::optional<std::string>("17") : std::nullopt);
         const Outcome outcome = run_case(c, seed++);
         CAPTURE(outcome.variant);
         CHECK(outcome.error.all_finite);

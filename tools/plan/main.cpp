@@ -84,6 +84,7 @@ struct PlanOptions {
     std::optional<std::string> accuracy4_warps;
     std::optional<std::string> prefill_split_k;
     std::optional<std::string> prefill_wgmma_tile_n;
+    std::optional<std::string> prefill_wgmma_min_m;
 
     bool json = false;
     bool help = false;
@@ -144,6 +145,8 @@ tools::CommandLine command_line(PlanOptions& o)
                [&](const std::string& value) { o.prefill_split_k = value; });
     cli.option("prefill-wgmma-tile-n", "128|256", "as NBITS_PREFILL_WGMMA_TILE_N (default: the environment's)",
                [&](const std::string& value) { o.prefill_wgmma_tile_n = value; });
+    cli.option("prefill-wgmma-min-m", "17..65", "as NBITS_PREFILL_WGMMA_MIN_M (default: the environment's)",
+               [&](const std::string& value) { o.prefill_wgmma_min_m = value; });
     cli.section("Output");
     cli.flag("json", "JSON instead of text", &o.json);
     cli.flag("help", "this text", &o.help);
@@ -208,9 +211,9 @@ std::string plan_text(const PlanOptions& o)
     context.overrides = PlanOverrides::from_environment();
     // A flag, when given and valid, wins over its environment variable.
     const PlanOverrides forced = PlanOverrides::parse(o.down_columns, o.accuracy4_warps, o.prefill_split_k,
-                                                      o.prefill_wgmma_tile_n);
+                                                      o.prefill_wgmma_tile_n, o.prefill_wgmma_min_m);
     for (auto field : {&PlanOverrides::down_columns, &PlanOverrides::accuracy4_warps, &PlanOverrides::prefill_split_k,
-                       &PlanOverrides::prefill_wgmma_tile_n}) {
+                       &PlanOverrides::prefill_wgmma_tile_n, &PlanOverrides::prefill_wgmma_min_m}) {
         if (forced.*field) {
             context.overrides.*field = forced.*field;
         }

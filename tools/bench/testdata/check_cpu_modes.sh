@@ -88,6 +88,10 @@ expect 0 env NBITS_PREFILL_SPLIT_K=1 "$plan" --K 4096 --N 6144 --m 128 --policy 
 contains "$work/out" "variant: nbits_prefill_dequantize_cublaslt"
 expect 0 env NBITS_PREFILL_SPLIT_K=9 "$plan" --K 4096 --N 6144 --m 128 --policy fastest
 contains "$work/out" "grid 48x1x4 block 256x1x1"
+expect 0 "$plan" --K 4096 --N 6144 --m 64 --policy fastest --prefill-wgmma-min-m 17
+contains "$work/out" "-DNBITS_TILE_M=64"
+expect 0 env NBITS_PREFILL_WGMMA_MIN_M=17 "$plan" --K 4096 --N 6144 --m 64 --policy fastest
+contains "$work/out" "variant: nbits_prefill_wgmma"
 expect 0 "$plan" --K 8192 --N 28672 --m 128 --policy fastest --prefill-wgmma-tile-n 256
 contains "$work/out" "grid 112x1x1 block 512x1x1 shared 134144 bytes"
 
