@@ -195,9 +195,9 @@ std::size_t prefill_output_tiles(const FastestRequest& fastest, const PrefillTil
 //   M = 64 (32) 137.9 -> 69.3, o M = 32 (64) 19.4 -> 14.1; 4 was slower on
 //   each (34.1, 76.1, 21.1), as was 2 on up M = 64 (112 tiles, 43.2 -> 48.5).
 // - wgmma GEMM with one row tile (M <= 128): the largest of 4 and 2 that keeps
-//   the grid within the CTAs resident at once (two an SM for 128 weight rows). qkv M = 128 (48 tiles) 31.4 us split 4
-//   against 38.4 dequantised, down (32) 80.0 against 101.7, up (112) 48.4
-//   split 2 against 59.0. With two row tiles the split lost or tied (down
+//   the grid within the CTAs resident at once (two an SM for 128 weight
+//   rows). qkv M = 128 (48 tiles) 31.4 us split 4 against 38.4 dequantised,
+//   down (32) 80.0 against 101.7, up (112) 48.4 split 2 against 59.0. With two row tiles the split lost or tied (down
 //   M = 256: 4 gave 129.9 against 115.5 dequantised; up 92.4 against 85.1),
 //   and below about 20 M weights the dequantise + cuBLASLt route it competes
 //   with stays ahead (Llama-3-8B o, 16.8 M: 30.8 split 4 against 29.2;
@@ -484,8 +484,10 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
 bool wgmma_prefill(const FastestRequest& fastest)
 {
     const Capabilities& device = fastest.request.context.capabilities;
+    // NBITS_PREFILL_WGMMA_MIN_M lowers the bound to 17..64 (64-token tiles); other values set by hand are ignored.
+    const std::optional<int> lowered = fastest.request.context.overrides.prefill_wgmma_min_m;
     const std::size_t min_m =
-        static_cast<std::size_t>(fastest.request.context.overrides.prefill_wgmma_min_m.value_or(kWgmmaMinM));
+        lowered && *lowered >= 17 && *lowered <= 65 ? static_cast<std::size_t>(*lowered) : kWgmmaMinM;
     if (device.compute_major != 9 || device.compute_minor != 0 || fastest.m < min_m || fastest.m > kWgmmaMaxM) {
         return false;
     }

@@ -259,6 +259,11 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_MIN_M: the wgmma GE
     CHECK(test::kernel_step(paired, 0).entry == "nbits_prefill_gate_up");
     CHECK(defines(test::kernel_step(paired, 0), "NBITS_TILE_M=64"));
     CHECK(test::kernel_step(paired, 0).config.grid == Dim3{224, 1, 1});
+    // Values outside 17..65 set by hand (not through parse) are ignored.
+    for (const int ignored : {0, 1, 16, 66, -1, 1 << 30}) {
+        CAPTURE(ignored);
+        CHECK(from(fastest(node(4096, 6144), rows(64)), ignored).plan().variant == "nbits_prefill_fused");
+    }
 }
 
 TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_N=256: four warpgroups over 256 weight rows")
