@@ -2,6 +2,8 @@
 
 #include "nbits/nbits.hpp"
 
+#include <initializer_list>
+
 namespace nbits {
 
 const char* version() { return NBITS_VERSION; }
@@ -11,41 +13,39 @@ const char* to_string(CompileGranularity granularity)
     return granularity == CompileGranularity::Entry ? "entry" : "source";
 }
 
-std::optional<CompileGranularity> parse_granularity(std::string_view text)
-{
-    if (text == "entry") {
-        return CompileGranularity::Entry;
-    }
-    if (text == "source") {
-        return CompileGranularity::Source;
-    }
-    return std::nullopt;
-}
-
 const char* to_string(JitImage image) { return image == JitImage::Ptx ? "ptx" : "cubin"; }
-
-std::optional<JitImage> parse_jit_image(std::string_view text)
-{
-    if (text == "ptx") {
-        return JitImage::Ptx;
-    }
-    if (text == "cubin") {
-        return JitImage::Cubin;
-    }
-    return std::nullopt;
-}
 
 const char* to_string(KernelPolicy policy) { return policy == KernelPolicy::Original ? "original" : "fastest"; }
 
-std::optional<KernelPolicy> parse_kernel_policy(std::string_view text)
+namespace {
+
+// The value of `values` whose to_string is `text`: each spelling is written once, in its to_string.
+template <class Enum>
+std::optional<Enum> parse_spelling(std::string_view text, std::initializer_list<Enum> values)
 {
-    if (text == "original") {
-        return KernelPolicy::Original;
-    }
-    if (text == "fastest") {
-        return KernelPolicy::Fastest;
+    for (const Enum value : values) {
+        if (text == to_string(value)) {
+            return value;
+        }
     }
     return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<CompileGranularity> parse_granularity(std::string_view text)
+{
+    return parse_spelling(text, {CompileGranularity::Entry, CompileGranularity::Source});
+}
+
+std::optional<JitImage> parse_jit_image(std::string_view text)
+{
+    return parse_spelling(text, {JitImage::Ptx, JitImage::Cubin});
+}
+
+std::optional<KernelPolicy> parse_kernel_policy(std::string_view text)
+{
+    return parse_spelling(text, {KernelPolicy::Original, KernelPolicy::Fastest});
 }
 
 }  // namespace nbits

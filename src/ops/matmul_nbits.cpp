@@ -223,30 +223,18 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
     if (down_columns && (*down_columns == "8" || *down_columns == "4" || *down_columns == "2")) {
         overrides.down_columns = std::stoi(*down_columns);
     }
-    if (accuracy4_warps) {
-        const std::optional<std::uint32_t> warps = parse_u32(*accuracy4_warps);
-        if (warps && (*warps == 1 || *warps == 2 || *warps == 4 || *warps == 8)) {
-            overrides.accuracy4_warps = static_cast<int>(*warps);
-        }
-    }
-    if (prefill_split_k) {
-        const std::optional<std::uint32_t> split = parse_u32(*prefill_split_k);
-        if (split && *split >= 1 && *split <= 8) {
-            overrides.prefill_split_k = static_cast<int>(*split);
-        }
-    }
-    if (prefill_wgmma_tile_n) {
-        const std::optional<std::uint32_t> rows = parse_u32(*prefill_wgmma_tile_n);
-        if (rows && (*rows == 128 || *rows == 256)) {
-            overrides.prefill_wgmma_tile_n = static_cast<int>(*rows);
-        }
-    }
-    if (prefill_wgmma_min_m) {
-        const std::optional<std::uint32_t> rows = parse_u32(*prefill_wgmma_min_m);
-        if (rows && *rows >= 17 && *rows <= 65) {
-            overrides.prefill_wgmma_min_m = static_cast<int>(*rows);
-        }
-    }
+    // The others: an unsigned decimal (parse_u32) that the override accepts.
+    auto accepted = [](const std::optional<std::string>& text, auto accepts) -> std::optional<int> {
+        const std::optional<std::uint32_t> value = text ? parse_u32(*text) : std::nullopt;
+        return value && accepts(*value) ? std::optional<int>(static_cast<int>(*value)) : std::nullopt;
+    };
+    overrides.accuracy4_warps = accepted(
+        accuracy4_warps, [](std::uint32_t warps) { return warps == 1 || warps == 2 || warps == 4 || warps == 8; });
+    overrides.prefill_split_k = accepted(prefill_split_k, [](std::uint32_t split) { return split >= 1 && split <= 8; });
+    overrides.prefill_wgmma_tile_n =
+        accepted(prefill_wgmma_tile_n, [](std::uint32_t rows) { return rows == 128 || rows == 256; });
+    overrides.prefill_wgmma_min_m =
+        accepted(prefill_wgmma_min_m, [](std::uint32_t rows) { return rows >= 17 && rows <= 65; });
     return overrides;
 }
 

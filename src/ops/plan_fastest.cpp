@@ -8,9 +8,11 @@
 //   64 < M <= 256   on sm_90: the same GEMM on warpgroup MMA (wgmma, compute_90a) when its
 //                   grid fills three quarters of the SMs
 //   otherwise       matmul_prefill.cu: dequantise chunks of columns into scratch, then cuBLASLt
-// Developer overrides, until measured: NBITS_PREFILL_SPLIT_K (compute
-// capability 9.0+) splits the fused GEMM's K over thread block clusters, and
-// NBITS_PREFILL_WGMMA_TILE_N=256 gives the wgmma GEMM 256 weight rows a CTA.
+// On sm_90 the fused GEMMs split K over thread block clusters where the H200
+// measured it faster (measured_split_k); NBITS_PREFILL_SPLIT_K overrides the
+// split. Developer overrides not yet routed by default:
+// NBITS_PREFILL_WGMMA_TILE_N=256 (256 weight rows a CTA, measured slower) and
+// NBITS_PREFILL_WGMMA_MIN_M (the wgmma GEMM on 64-token tiles below M = 65).
 // The RMS-norm prologue is fused into the decode kernel; at prefill it
 // normalises chunks of rows into scratch first. Scratch never exceeds
 // kWorkspaceBudget, whatever the shape.
@@ -197,8 +199,9 @@ std::size_t prefill_output_tiles(const FastestRequest& fastest, const PrefillTil
 // - wgmma GEMM with one row tile (M <= 128): the largest of 4 and 2 that keeps
 //   the grid within the CTAs resident at once (two an SM for 128 weight
 //   rows). qkv M = 128 (48 tiles) 31.4 us split 4 against 38.4 dequantised,
-//   down (32) 80.0 against 101.7, up (112) 48.4 split 2 against 59.0. With two row tiles the split lost or tied (down
-//   M = 256: 4 gave 129.9 against 115.5 dequantised; up 92.4 against 85.1),
+//   down (32) 80.0 against 101.7, up (112) 48.4 split 2 against 59.0. With
+//   two row tiles the split lost or tied (down M = 256: 4 gave 129.9 against
+//   115.5 dequantised; up 92.4 against 85.1),
 //   and below about 20 M weights the dequantise + cuBLASLt route it competes
 //   with stays ahead (Llama-3-8B o, 16.8 M: 30.8 split 4 against 29.2;
 //   Qwen2.5-7B qkv, 16.5 M: 27.7 against 25.5; Llama-3-8B qkv, 25.2 M, won).
