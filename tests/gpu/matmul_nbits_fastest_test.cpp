@@ -425,6 +425,29 @@ std::vector<FastestCase> wide_prefill_cases()
     return all;
 }
 
+// The nodes with twice their columns: 13000 (6600 for the paired node).
+std::vector<FastestCase> twice_the_columns(std::vector<FastestCase> nodes)
+{
+    for (FastestCase& c : nodes) {
+        c.n = c.gate_up ? 6600 : 13000;
+    }
+    return nodes;
+}
+
+// Runs each node on the sm_90 wgmma GEMM under the caller's overrides, every other one also split over
+// clusters of 2, against the float64 oracle.
+void check_wgmma_nodes(const std::vector<FastestCase>& nodes, std::uint64_t seed)
+{
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+        const FastestCase& c = nodes[i];
+        CAPTURE(c.describe());
+        const bool split = i % 2 == 1;
+        CAPTURE(split);
+        const ScopedEnv split_k(ops::kPrefillSplitKEnv, split ? std::optional<std::string>("2") : std::nullopt);
+        check_prefill_run(c, seed++, split ? 2u : 1u, "nbits_prefill_wgmma");
+    }
+}
+
 }  // namespace
 
 TEST_CASE("the sm_90 wgmma prefill GEMM meets the float64 oracle on every feature")
@@ -497,19 +520,8 @@ TEST_CASE("the sm_90 wgmma GEMM with 256 weight rows a CTA (NBITS_PREFILL_WGMMA_
         return;
     }
     const ScopedEnv rows(ops::kPrefillWgmmaTileNEnv, std::string("256"));
-    std::uint64_t seed = 0x256a0000ull;
-    std::vector<FastestCase> wide = wide_prefill_cases();
-    for (std::size_t i = 0; i < wide.size(); ++i) {
-        // Twice the columns, so that 256-row tiles (128 output columns paired) still fill the SMs.
-        FastestCase& c = wide[i];
-        c.n = c.gate_up ? 6600 : 13000;
-        CAPTURE(c.describe());
-        // Every other node also split over clusters of 2.
-        const bool split = i % 2 == 1;
-        CAPTURE(split);
-        const ScopedEnv split_k(ops::kPrefillSplitKEnv, split ? std::optional<std::string>("2") : std::nullopt);
-        check_prefill_run(c, seed++, split ? 2u : 1u, "nbits_prefill_wgmma");
-    }
+    // 256-row tiles (128 output columns paired) fill the SMs with twice the columns.
+    check_wgmma_nodes(twice_the_columns(wide_prefill_cases()), 0x256a0000ull);
 }
 
 TEST_CASE("the sm_90 wgmma GEMM over 64-token tiles (NBITS_PREFILL_WGMMA_MIN_M) meets the float64 oracle below M = 65")
@@ -519,21 +531,13 @@ TEST_CASE("the sm_90 wgmma GEMM over 64-token tiles (NBITS_PREFILL_WGMMA_MIN_M) 
         return;
     }
     const ScopedEnv min_m(ops::kPrefillWgmmaMinMEnv, std::string("17"));
-    std::uint64_t seed = 0x64a0000ull;
-    std::vector<FastestCase> wide = wide_prefill_cases();
+    // Columns enough for 64-token tiles to fill the SMs unsplit (under 20 M weights), M from 17 to 64.
+    std::vector<FastestCase> nodes = twice_the_columns(wide_prefill_cases());
     const std::size_t tokens[] = {17, 33, 64, 40};
-    for (std::size_t i = 0; i < wide.size(); ++i) {
-        // Columns enough for 64-token tiles to fill the SMs unsplit (under 20 M weights), M from 17 to 64.
-        FastestCase& c = wide[i];
-        c.m = tokens[i % 4];
-        c.n = c.gate_up ? 6600 : 13000;
-        CAPTURE(c.describe());
-        // Every other node also split over clusters of 2.
-        const bool split = i % 2 == 1;
-        CAPTURE(split);
-        const ScopedEnv split_k(ops::kPrefillSplitKEnv, split ? std::optional<std::string>("2") : std::nullopt);
-        check_prefill_run(c, seed++, split ? 2u : 1u, "nbits_prefill_wgmma");
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+        nodes[i].m = tokens[i % 4];
     }
+    check_wgmma_nodes(nodes, 0x64a0000ull);
 }
 
 TEST_CASE("a Fastest run writes every element of Y, also for outputs that are not a whole tile")
