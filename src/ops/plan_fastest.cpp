@@ -5,14 +5,15 @@
 //                   (tensor cores for fp16/bf16, CUDA cores for fp32)
 //   16 < M <= 128   matmul_prefill.cu: fused dequantising tensor-core GEMM (past M = 64
 //                   only when its grid fills half the SMs)
-//   64 < M <= 256   on sm_90: the same GEMM on warpgroup MMA (wgmma, compute_90a) when its
-//                   grid fills three quarters of the SMs
+//   32 < M <= 256   on sm_90: the same GEMM on warpgroup MMA (wgmma, compute_90a; tiles of
+//                   64 tokens up to M = 64, of 128 above) when its grid fills three quarters
+//                   of the SMs
 //   otherwise       matmul_prefill.cu: dequantise chunks of columns into scratch, then cuBLASLt
 // On sm_90 the fused GEMMs split K over thread block clusters where the H200
 // measured it faster (measured_split_k); NBITS_PREFILL_SPLIT_K overrides the
-// split. Developer overrides not yet routed by default:
-// NBITS_PREFILL_WGMMA_TILE_N=256 (256 weight rows a CTA, measured slower) and
-// NBITS_PREFILL_WGMMA_MIN_M (the wgmma GEMM on 64-token tiles below M = 65).
+// split, NBITS_PREFILL_WGMMA_MIN_M the smallest M of the wgmma GEMM, and
+// NBITS_PREFILL_WGMMA_TILE_N=256 (256 weight rows a CTA, measured slower, so
+// not a default) its width.
 // The RMS-norm prologue is fused into the decode kernel; at prefill it
 // normalises chunks of rows into scratch first. Scratch never exceeds
 // kWorkspaceBudget, whatever the shape.
@@ -94,7 +95,7 @@ constexpr PrefillTiles kWgmmaTiles{128, 128, 64, 8, 1, 1, 4, 2, true};
 // CTA an SM; each activation stage (read from L2 once per column tile) feeds
 // twice the rows.
 constexpr PrefillTiles kWgmmaWideTiles{256, 128, 64, 16, 1, 1, 4, 1, true};
-constexpr std::size_t kWgmmaMinM = 65;
+constexpr std::size_t kWgmmaMinM = 33;
 constexpr std::size_t kWgmmaSmallTileM = 64;
 constexpr std::size_t kWgmmaMaxM = 256;
 // Weights (K x N) from which the split wgmma GEMM beats dequantise + cuBLASLt
@@ -245,15 +246,16 @@ std::size_t split_k_for(const FastestRequest& fastest, const PrefillTiles& tiles
                     div_ceil(fastest.request.config.k, static_cast<std::size_t>(tiles.tile_k)));
 }
 
-// The wgmma GEMM's tiles: 128 weight rows a CTA unless NBITS_PREFILL_WGMMA_TILE_N asks for 256; 64 tokens
-// (wgmma m64n64k16) for M <= 64, which NBITS_PREFILL_WGMMA_MIN_M routes here.
+// The wgmma GEMM's tiles: 64 tokens (wgmma m64n64k16) of 128 weight rows for M <= 64; above, 128 tokens of
+// 128 rows, or of 256 where NBITS_PREFILL_WGMMA_TILE_N asks for them.
 PrefillTiles wgmma_tiles(const FastestRequest& fastest)
 {
-    PrefillTiles tiles = fastest.request.context.overrides.prefill_wgmma_tile_n == 256 ? kWgmmaWideTiles : kWgmmaTiles;
     if (fastest.m <= kWgmmaSmallTileM) {
+        PrefillTiles tiles = kWgmmaTiles;
         tiles.tile_m = static_cast<int>(kWgmmaSmallTileM);
+        return tiles;
     }
-    return tiles;
+    return fastest.request.context.overrides.prefill_wgmma_tile_n == 256 ? kWgmmaWideTiles : kWgmmaTiles;
 }
 
 // Columns per dequantised chunk: whole cuBLASLt tiles of 64 where they fit,
@@ -476,18 +478,24 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
     return 2 * prefill_ctas(fastest, preset_for(fastest.m, fastest.request.config.k)) >= sms;
 }
 
-// sm_90 (wgmma is arch-specific: compute 9.0 exactly) for 64 < M <= 256 when
-// the grid of 128 x 128 tiles fills three quarters of the SMs. On the H200
-// (nbits-bench, fp16 int4 block 32): Llama-3-8B up M = 128 58.5 us against
-// 84.6 fused on mma.sync, M = 256 85.2 against 111.0 dequantised; Llama-3-70B
-// up M = 128 161.9 against 263.9; past M = 256 the dequantise + cuBLASLt
-// route is faster (8B up M = 512: 139 against about 163 in the lab), and a
-// grid short of the SMs (8B qkv, N = 6144 at M = 128: 48 CTAs, 54 us in the
-// lab against 25 dequantised) leaves too many idle.
+// sm_90 (wgmma is arch-specific: compute 9.0 exactly) for 32 < M <= 256 when
+// the grid fills three quarters of the SMs. On the H200 (nbits-bench, fp16
+// int4 block 32): Llama-3-8B up M = 128 58.5 us against 84.6 fused on
+// mma.sync, M = 256 85.2 against 111.0 dequantised; Llama-3-70B up M = 128
+// 161.9 against 263.9; past M = 256 the dequantise + cuBLASLt route is faster
+// (8B up M = 512: 139 against about 163 in the lab), and a grid short of the
+// SMs (8B qkv, N = 6144 at M = 128: 48 CTAs, 54 us in the lab against 25
+// dequantised) leaves too many idle. At 32 < M <= 64 its 64-token tiles beat
+// the mma.sync GEMM's (one run, M = 40 / 64, fused against wgmma): 8B up
+// 42.5 / 43.1 against 38.0 / 38.7 us, 70B up 155.0 / 158.5 against 131.8 /
+// 132.1, 8B qkv 24.7 / 25.6 against 22.9 / 24.2, 8B down 67.4 / 69.5 against
+// 59.2 / 60.8, Qwen2.5-7B up 63.1 / 64.5 against 56.3 / 56.5; at M = 32 the
+// mma.sync GEMM's 32-token tiles win (8B up 30.3 against 37.8, down 32.3
+// against 59.1).
 bool wgmma_prefill(const FastestRequest& fastest)
 {
     const Capabilities& device = fastest.request.context.capabilities;
-    // NBITS_PREFILL_WGMMA_MIN_M lowers the bound to 17..64 (64-token tiles); other values set by hand are ignored.
+    // NBITS_PREFILL_WGMMA_MIN_M moves the bound within 17..65; other values set by hand are ignored.
     const std::optional<int> lowered = fastest.request.context.overrides.prefill_wgmma_min_m;
     const std::size_t min_m =
         lowered && *lowered >= 17 && *lowered <= 65 ? static_cast<std::size_t>(*lowered) : kWgmmaMinM;

@@ -69,8 +69,8 @@ TEST_CASE("Fastest prefill: the fused tensor-core GEMM up to M = 128, specialise
         CHECK(plan.scratch_bytes.empty());
         CHECK(plan.capture_safe);
     }
-    // M = 64 at K >= 4096 takes the 128 x 64 tile: 112 column tiles, one row tile.
-    const LaunchPlan m64_plan = fastest(node(4096, 14336), rows(64)).plan();
+    // M = 64 at K >= 4096 takes the 128 x 64 tile: 112 column tiles, one row tile (the A100: no wgmma, no split).
+    const LaunchPlan m64_plan = fastest(node(4096, 14336), rows(64), Capabilities::a100()).plan();
     const KernelStep& m64 = test::kernel_step(m64_plan, 0);
     CHECK(m64.config.grid == Dim3{112, 1, 1});
     CHECK(m64.config.block == Dim3{256, 1, 1});
@@ -102,7 +102,7 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
     CHECK(test::kernel_step(h200, 0).config.grid == Dim3{48, 1, 4});
 }
 
-TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 64 < M <= 256 when its grid fills three quarters of the SMs")
+TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 32 < M <= 256 when its grid fills three quarters of the SMs")
 {
     for (const std::size_t m : {65, 128, 200, 256}) {
         CAPTURE(m);
@@ -126,8 +126,10 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 64 < M <= 256 when its g
         CHECK(plan.scratch_bytes.empty());
         CHECK(plan.capture_safe);
     }
-    // Either side of the range: the mma.sync GEMM, the dequantised chunks.
-    CHECK(fastest(node(4096, 14336), rows(64)).plan().variant == "nbits_prefill_fused");
+    // Either side of the range: the mma.sync GEMM, the dequantised chunks; 33..64 on 64-token tiles (below).
+    CHECK(fastest(node(4096, 14336), rows(32)).plan().variant == "nbits_prefill_fused");
+    CHECK(fastest(node(4096, 14336), rows(33)).plan().variant == "nbits_prefill_wgmma");
+    CHECK(fastest(node(4096, 14336), rows(64)).plan().variant == "nbits_prefill_wgmma");
     CHECK(fastest(node(4096, 14336), rows(257)).plan().variant == "nbits_prefill_dequantize_cublaslt");
     // 48 column tiles (Llama-3-8B qkv): at M = 128 split over clusters of 4 (192 CTAs); at M = 256 (two row
     // tiles, not split) 96 CTAs leave too many of the 132 SMs idle.
@@ -184,8 +186,8 @@ TEST_CASE("Fastest prefill split-K (NBITS_PREFILL_SPLIT_K): clusters along z on 
     const LaunchPlan qkv4 = split(fastest(node(4096, 6144), rows(128)), 4).plan();
     CHECK(qkv4.variant == "nbits_prefill_wgmma");
     CHECK(test::kernel_step(qkv4, 0).config.grid == Dim3{48, 1, 4});
-    // The paired node and the mma.sync GEMM below M = 64.
-    const LaunchPlan paired = split(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(40)), 3).plan();
+    // The paired node and the mma.sync GEMM at M <= 32.
+    const LaunchPlan paired = split(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(24)), 3).plan();
     CHECK(paired.variant == "nbits_prefill_fused");
     CHECK(test::kernel_step(paired, 0).entry == "nbits_prefill_gate_up");
     CHECK(test::kernel_step(paired, 0).config.grid.z == 3);
@@ -224,7 +226,7 @@ TEST_CASE("Fastest prefill split-K (NBITS_PREFILL_SPLIT_K): clusters along z on 
                        [](const std::string& define) { return define.rfind("NBITS_SPLIT_K", 0) == 0; }));
 }
 
-TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_MIN_M: the wgmma GEMM over 64-token tiles below M = 65")
+TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM over 64-token tiles from M = 33 (NBITS_PREFILL_WGMMA_MIN_M: 17..65)")
 {
     auto from = [](test::Problem p, int min_m) {
         p.context.overrides.prefill_wgmma_min_m = min_m;
@@ -247,9 +249,13 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_MIN_M: the wgmma GE
     CHECK(from(fastest(node(4096, 6144), rows(32)), 17).plan().variant == "nbits_prefill_wgmma");
     CHECK(from(fastest(node(4096, 6144), rows(32)), 33).plan().variant == "nbits_prefill_fused");
     CHECK(from(fastest(node(4096, 6144), rows(16)), 17).plan().variant == "nbits_decode");
-    // 65 and up keeps 128-token tiles; without the override M <= 64 is the mma.sync GEMM's.
+    // 65 and up keeps 128-token tiles; without the override M <= 32 is the mma.sync GEMM's, 33..64 this one's,
+    // and 65 keeps it above M = 64.
     CHECK(defines(test::kernel_step(from(fastest(node(4096, 14336), rows(65)), 17).plan(), 0), "NBITS_TILE_M=128"));
-    CHECK(fastest(node(4096, 6144), rows(64)).plan().variant == "nbits_prefill_fused");
+    CHECK(fastest(node(4096, 6144), rows(32)).plan().variant == "nbits_prefill_fused");
+    CHECK(fastest(node(4096, 6144), rows(33)).plan().variant == "nbits_prefill_wgmma");
+    CHECK(test::kernel_step(fastest(node(4096, 6144), rows(64)).plan(), 0).defines == step.defines);
+    CHECK(from(fastest(node(4096, 6144), rows(64)), 65).plan().variant == "nbits_prefill_fused");
     // A grid short of the SMs keeps the mma.sync GEMM (Llama-3-8B o: 32 tiles, below 20 M weights, not split),
     // as do other GPUs; the paired node runs 64 gate and 64 up rows a CTA.
     CHECK(from(fastest(node(4096, 4096), rows(64)), 17).plan().variant == "nbits_prefill_fused");
@@ -259,10 +265,11 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_MIN_M: the wgmma GE
     CHECK(test::kernel_step(paired, 0).entry == "nbits_prefill_gate_up");
     CHECK(defines(test::kernel_step(paired, 0), "NBITS_TILE_M=64"));
     CHECK(test::kernel_step(paired, 0).config.grid == Dim3{224, 1, 1});
-    // Values outside 17..65 set by hand (not through parse) are ignored.
+    // Values outside 17..65 set by hand (not through parse) are ignored: the default of 33 stays.
     for (const int ignored : {0, 1, 16, 66, -1, 1 << 30}) {
         CAPTURE(ignored);
-        CHECK(from(fastest(node(4096, 6144), rows(64)), ignored).plan().variant == "nbits_prefill_fused");
+        CHECK(from(fastest(node(4096, 6144), rows(32)), ignored).plan().variant == "nbits_prefill_fused");
+        CHECK(from(fastest(node(4096, 6144), rows(64)), ignored).plan().variant == "nbits_prefill_wgmma");
     }
 }
 
@@ -296,8 +303,12 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_N=256: four wa
     CHECK(paired.variant == "nbits_prefill_wgmma");
     CHECK(test::kernel_step(paired, 0).config.grid == Dim3{224, 1, 1});
     CHECK(defines(test::kernel_step(paired, 0), "NBITS_TILE_N=256"));
-    // Other devices and the mma.sync GEMM are unaffected.
-    CHECK(test::kernel_step(wide(fastest(node(4096, 14336), rows(64))).plan(), 0).config.block == Dim3{256, 1, 1});
+    // Other devices, the mma.sync GEMM and the 64-token tiles (M <= 64) are unaffected.
+    const KernelStep narrow = test::kernel_step(wide(fastest(node(4096, 14336), rows(64))).plan(), 0);
+    CHECK(narrow.config.block == Dim3{256, 1, 1});
+    CHECK(defines(narrow, "NBITS_TILE_N=128"));
+    CHECK(defines(narrow, "NBITS_TILE_M=64"));
+    CHECK(test::kernel_step(wide(fastest(node(4096, 14336), rows(32))).plan(), 0).config.block == Dim3{256, 1, 1});
     CHECK(wide(fastest(node(8192, 28672), rows(128), Capabilities::a100())).plan().variant != "nbits_prefill_wgmma");
 }
 
@@ -400,7 +411,7 @@ TEST_CASE("Fastest fits the fused kernel to the device and the block size")
 
 TEST_CASE("Original plans stay the original's where Fastest takes nbits' kernels")
 {
-    test::Problem original = test::problem(node(4096, 14336), rows(64));
+    test::Problem original = test::problem(node(4096, 14336), rows(32));
     CHECK(original.plan().variant == "gemm_f16_tiled");
     test::Problem own = original;
     own.context.policy = KernelPolicy::Fastest;

@@ -93,7 +93,9 @@ void expect_steps(std::set<std::string>& lines, const test::Problem& base, const
             p.context.policy = policy;
             for (const ops::PlanStep& step : p.plan().steps) {
                 if (const auto* kernel = std::get_if<ops::KernelStep>(&step)) {
-                    std::string label = target + " " + kernel->source + ":" + kernel->entry;
+                    // An arch-specific step (the sm_90 wgmma GEMM) compiles for the "a" variant of the target.
+                    std::string label = target + (kernel->arch_specific ? "a " : " ") + kernel->source + ":" +
+                                        kernel->entry;
                     for (const std::string& define : kernel->defines) {
                         label += " -D" + define;
                     }
