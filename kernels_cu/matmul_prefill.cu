@@ -254,11 +254,17 @@ __device__ __forceinline__ u32 pair_fma(const u32 a, const u32 b, const u32 c)
 
 [[maybe_unused]] constexpr u32 kPairOne = kBf16 ? 0x3F803F80u : 0x3C003C00u;
 [[maybe_unused]] constexpr u32 kPairNegZero = 0x80008000u;
+// fp16 int4 takes a pair's high nibble in place (1024 + 16 code), so the
+// exact step to the code multiplies that half by 1/16: (1, 1/16); bf16 (7
+// mantissa bits) shifts the nibble down first: (1, 1).
+[[maybe_unused]] constexpr bool kInt4InPlace = kBits == 4 && !kBf16;
+[[maybe_unused]] constexpr u32 kPairInt4Step = kInt4InPlace ? 0x2C003C00u : kPairOne;
 
 // ------------------------------------------------------------ dequantising
 
 // Per (column, block) constants of the dequantisation: `bias` is the packed
-// -(MAGIC + zp) (bf16 int8: the fp32 bits of -(2^23 + zp)), `scale` the packed
+// -(MAGIC + zp) (fp16 int4: -(64 + zp) in the high half, for the nibble left
+// in place; bf16 int8: the fp32 bits of -(2^23 + zp)), `scale` the packed
 // scale pair.
 struct DequantConst {
     u32 bias;
@@ -274,18 +280,24 @@ __device__ __forceinline__ DequantConst make_dequant_const(const scale_t s, cons
     } else {
         // -(MAGIC + zp): the sign bit over MAGIC's exponent, zp in the mantissa.
         const u32 h = (kBf16 ? 0xC300u : 0xE400u) | (u32)zp;
-        c.bias = h | (h << 16);
+        // fp16 int4 high half: -(64 + zp), whose mantissa counts sixteenths.
+        const u32 high = kInt4InPlace ? (0xD400u | ((u32)zp << 4)) : h;
+        c.bias = h | (high << 16);
     }
     return c;
 }
 
-// (MAGIC + code) for the two codes of k pair `p` (0..3) of an 8-k unit.
-// int4: `w` is the unit's 4 bytes, `w_shr4` = w >> 4; byte p of w carries
-// k 2p in its low nibble and byte p of w_shr4 carries k 2p + 1.
-template <int p>
-__device__ __forceinline__ u32 int4_magic_pair(const u32 w, const u32 w_shr4)
+// The two codes of int4 byte `b` (k 2b in its low nibble, k 2b + 1 in its
+// high one) of the unit's 4 bytes `w` in the mantissas of a magic pair:
+// fp16 (1024 + low, 1024 + 16 high), from byte b copied to both halves;
+// bf16 (128 + low, 128 + high), byte b of `w_shr4` = w >> 4 giving the high
+// nibble. pair_fma(., kPairInt4Step, bias) then makes them exact codes.
+__device__ __forceinline__ u32 int4_magic_pair(const u32 w, const u32 w_shr4, const int b)
 {
-    const u32 z = __byte_perm(w, w_shr4, p | ((p + 4) << 8));
+    if (kInt4InPlace) {
+        return (__byte_perm(w, 0u, (u32)(b | (b << 8))) & 0x00F0000Fu) | 0x64006400u;
+    }
+    const u32 z = __byte_perm(w, w_shr4, (u32)(b | ((b + 4) << 8)));
     return (z & 0x000F000Fu) | (kBf16 ? 0x43004300u : 0x64006400u);
 }
 
@@ -295,8 +307,8 @@ template <int p>
 __device__ __forceinline__ u32 dequant_pair(const u32 w0, const u32 w1, const DequantConst c)
 {
     if (kBits == 4) {
-        const u32 v = int4_magic_pair<p>(w0, w1);
-        return pair_fma(pair_fma(v, kPairOne, c.bias), c.scale, kPairNegZero);
+        const u32 v = int4_magic_pair(w0, w1, p);
+        return pair_fma(pair_fma(v, kPairInt4Step, c.bias), c.scale, kPairNegZero);
     } else {
         const u32 w = p < 2 ? w0 : w1;
         constexpr int b = 2 * (p & 1);
@@ -835,9 +847,10 @@ __device__ __forceinline__ unsigned long long act_descriptor(const u32 address)
 [[maybe_unused]] constexpr int kWgmmaHalves = kWgmma ? kTileM / kWgmmaN : 1;  // wgmmas per k16 step
 [[maybe_unused]] constexpr int kWgmmaAcc = kWgmmaN / 2;                      // accumulators per wgmma
 
-// d += A . B for a 64 x N x 16 step: A from registers, B (N tokens x 16 k,
-// K-major) from shared memory.
-__device__ __forceinline__ void wgmma_step(float (&d)[kWgmmaAcc], const u32 (&a)[4], const unsigned long long b)
+// d = A . B (+ d when `accumulate`) for a 64 x N x 16 step: A from
+// registers, B (N tokens x 16 k, K-major) from shared memory.
+__device__ __forceinline__ void wgmma_step(
+    float (&d)[kWgmmaAcc], const u32 (&a)[4], const unsigned long long b, const bool accumulate)
 {
     if constexpr (kWgmmaN == 64) {
         asm volatile(
@@ -852,7 +865,7 @@ __device__ __forceinline__ void wgmma_step(float (&d)[kWgmmaAcc], const u32 (&a)
               "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
               "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
               "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"((u32)accumulate)
             : "memory");
     } else {
         asm volatile(
@@ -871,7 +884,7 @@ __device__ __forceinline__ void wgmma_step(float (&d)[kWgmmaAcc], const u32 (&a)
               "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
               "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
               "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"((u32)accumulate)
             : "memory");
     }
 }
@@ -884,15 +897,14 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[kWgmmaAcc])
 }
 
 // The dequantised pair t (k 2t, 2t + 1) of 8-k unit u of a weight row's stage
-// words: `select` = t | (t + 4) << 8 (int4) or the byte offset 2 (t & 1) of
-// the pair in its word (int8).
+// words; int8: `select` is the byte offset 2 (t & 1) of the pair in its word.
 __device__ __forceinline__ u32 dequant_unit_pair(const u32* words, const int u, const int t, const u32 select,
                                                  const DequantConst c)
 {
     if (kBits == 4) {
         const u32 w = words[u];
-        const u32 v = (__byte_perm(w, w >> 4, select) & 0x000F000Fu) | (kBf16 ? 0x43004300u : 0x64006400u);
-        return pair_fma(pair_fma(v, kPairOne, c.bias), c.scale, kPairNegZero);
+        const u32 v = int4_magic_pair(w, w >> 4, t);
+        return pair_fma(pair_fma(v, kPairInt4Step, c.bias), c.scale, kPairNegZero);
     } else {
         const u32 w = (t >> 1) ? words[2 * u + 1] : words[2 * u];  // constant indices keep words in registers
         if (kBf16) {
@@ -910,22 +922,25 @@ __device__ __forceinline__ u32 dequant_unit_pair(const u32* words, const int u, 
 }
 
 // One k tile: the A fragments of its four k16 steps from rows r and r + 8,
-// each followed by its wgmma(s); waits for them before returning, so the
-// stage may be refilled once every warp has passed the next barrier. Not
-// waiting (one tile in flight while the next is dequantised) let ptxas give
-// the in-flight A registers to the next tile under the 128-register cap of
-// two CTAs an SM: wrong results on the H200.
+// each followed by its wgmma(s) in a commit group of their own. After issuing
+// a step the warp waits only for the step before it (wait_group 1), so the
+// tensor cores work on one step while the next is dequantised, also across
+// the tile boundary: the last step of a tile is still in flight while the
+// next tile's words and scales are read. The stage that step reads is
+// therefore refilled one tile later than the mma.sync loop would
+// (kCopiesAhead), and staged_k_tiles waits for every group before the
+// epilogue reuses the stages.
 template <bool kPaired>
 __device__ __forceinline__ void compute_stage_wgmma(
     float (&acc)[kWgmmaHalves][kWgmmaAcc], const StageView& st, const u32 act_smem, const WeightSource<kPaired>& src,
-    const int tile)
+    const int tile, const bool first_tile)
 {
     const int lane = (int)threadIdx.x & 31;
     const int warp = (int)threadIdx.x >> 5;
     const int g = lane >> 2;
     const int t = lane & 3;
     const int r = 16 * warp + g;
-    const u32 select = kBits == 4 ? (u32)(t | ((t + 4) << 8)) : (u32)(2 * (t & 1));
+    const u32 select = (u32)(2 * (t & 1));
     constexpr int kRowWords = kWRowBytes / 4;
     u32 lo[kRowWords];
     u32 hi[kRowWords];
@@ -948,13 +963,11 @@ __device__ __forceinline__ void compute_stage_wgmma(
         wgmma_fence();
 #pragma unroll
         for (int h = 0; h < kWgmmaHalves; ++h) {
-            wgmma_step(acc[h], frag, act_descriptor(act_smem + 32 * s + h * kWgmmaN * 128));
+            wgmma_step(acc[h], frag, act_descriptor(act_smem + 32 * s + h * kWgmmaN * 128), s > 0 || !first_tile);
         }
+        wgmma_commit();
+        wgmma_wait<1>();
     }
-    wgmma_commit();
-    wgmma_wait<0>();
-#pragma unroll
-    for (int h = 0; h < kWgmmaHalves; ++h) fence_accumulators(acc[h]);
 }
 
 // This CTA's place in its split-K cluster (0 without split-K).
@@ -974,10 +987,17 @@ __device__ __forceinline__ void staged_tile_ready()
     }
 }
 
+// Tiles whose copies are in flight while one is computed: the stage refilled
+// at tile i is that of tile i - 1 (mma.sync), or of tile i - 2 for wgmma,
+// whose last step may still read tile i - 1's stage while tile i is computed.
+[[maybe_unused]] constexpr int kCopiesAhead = kWgmma ? kStages - 2 : kStages - 1;
+
 // The cp.async pipeline over this CTA's k tiles, shared by both main loops:
-// STAGES - 1 tiles in flight, compute(stage, its shared address, tile) once
+// kCopiesAhead tiles in flight, compute(stage, its shared address, tile) once
 // tile's copies have landed and every warp has finished the tile whose stage
-// the next copies refill. Without split-K the CTA takes every k tile.
+// the next copies refill. Without split-K the CTA takes every k tile. Before
+// returning every copy has landed and every wgmma has finished, so the
+// epilogue may reuse the stages.
 template <bool kPaired, class Compute>
 __device__ __forceinline__ void staged_k_tiles(
     u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src, const int m, const int m0,
@@ -987,7 +1007,7 @@ __device__ __forceinline__ void staged_k_tiles(
     const int count = min(kTilesK - first, kTilesPerSplit);
     const u32 smem_base = smem_addr(smem);
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
+    for (int s = 0; s < kCopiesAhead; ++s) {
         if (s < count) {
             load_stage(smem_base + s * kStageBytes, smem + s * kStageBytes, first + s, a, src, m, m0);
         }
@@ -995,13 +1015,13 @@ __device__ __forceinline__ void staged_k_tiles(
     }
 #pragma unroll 1
     for (int i = 0; i < count; ++i) {
-        cp_async_wait<kStages - 2>();
+        cp_async_wait<kCopiesAhead - 1>();
         if (kWgmma) {
             // The copies (generic proxy) become visible to wgmma (async proxy).
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         }
         __syncthreads();
-        const int next = i + kStages - 1;
+        const int next = i + kCopiesAhead;
         if (next < count) {
             const int stage = next % kStages;
             load_stage(smem_base + stage * kStageBytes, smem + stage * kStageBytes, first + next, a, src, m, m0);
@@ -1011,6 +1031,9 @@ __device__ __forceinline__ void staged_k_tiles(
         compute(stage, smem_base + stage * kStageBytes, first + i);
     }
     cp_async_wait<0>();
+    if (kWgmma) {
+        wgmma_wait<0>();
+    }
     __syncthreads();
 }
 
@@ -1019,15 +1042,27 @@ template <bool kPaired>
 __device__ __forceinline__ void gemm_mainloop_wgmma(
     u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src, const int m, const int m0)
 {
+    // The first wgmma overwrites the accumulators (scale-d 0) rather than adding to zeros: ptxas serialises the
+    // wgmmas of a loop whose accumulators another instruction defines, as zeroing them would. So they start
+    // undefined, and a CTA without k tiles (split-K) zeroes them after the loop.
     float acc[kWgmmaHalves][kWgmmaAcc];
 #pragma unroll
     for (int h = 0; h < kWgmmaHalves; ++h)
 #pragma unroll
-        for (int i = 0; i < kWgmmaAcc; ++i) acc[h][i] = 0.0f;
+        for (int i = 0; i < kWgmmaAcc; ++i) asm volatile("" : "=f"(acc[h][i]));
 
+    const int first = split_index() * kTilesPerSplit;
     staged_k_tiles(smem, a, src, m, m0, [&](const int stage, const u32 stage_address, const int tile) {
-        compute_stage_wgmma(acc, stage_view(smem, stage), stage_address + kWBytes, src, tile);
+        compute_stage_wgmma(acc, stage_view(smem, stage), stage_address + kWBytes, src, tile, tile == first);
     });
+#pragma unroll
+    for (int h = 0; h < kWgmmaHalves; ++h) fence_accumulators(acc[h]);
+    if (first >= kTilesK) {
+#pragma unroll
+        for (int h = 0; h < kWgmmaHalves; ++h)
+#pragma unroll
+            for (int i = 0; i < kWgmmaAcc; ++i) acc[h][i] = 0.0f;
+    }
 
     const int lane = (int)threadIdx.x & 31;
     const int g = lane >> 2;

@@ -89,8 +89,10 @@ struct PrefillTiles {
 
 // The wgmma configuration: two warpgroups of 64 weight rows, 128 tokens, two
 // CTAs an SM (the register cap of 128 that allows: at 129 and more one CTA
-// ran, 8B gate/up M = 128 117 against 89 us).
-constexpr PrefillTiles kWgmmaTiles{128, 128, 64, 8, 1, 1, 4, 2, true};
+// ran, 8B gate/up M = 128 117 against 89 us). Five stages keep three k tiles
+// of copies in flight, as the last wgmma of a tile still reads its stage
+// while the next tile is computed (fewer where two CTAs would not fit).
+constexpr PrefillTiles kWgmmaTiles{128, 128, 64, 8, 1, 1, 5, 2, true};
 // NBITS_PREFILL_WGMMA_TILE_N=256: four warpgroups over 256 weight rows, one
 // CTA an SM; each activation stage (read from L2 once per column tile) feeds
 // twice the rows.
@@ -156,9 +158,13 @@ std::optional<PrefillTiles> fit_tiles(PrefillTiles t, const FastestRequest& fast
     }
     const std::size_t scale_bytes = element_size(fastest.operands.scale_type);
     const std::uint32_t optin = fastest.request.context.capabilities.max_shared_memory_per_block_optin;
+    // The wgmma tiles must also keep MIN_CTAS of them resident on an SM (its shared memory is the opt-in limit
+    // plus the 1 KiB each block reserves): a fifth stage that left one CTA an SM would cost more than it hides.
+    const std::size_t per_sm = std::size_t{optin} + 1024;
     for (; t.stages >= (t.wgmma ? 3 : 2); --t.stages) {
         shared_bytes = prefill_shared_bytes(t, config, scale_bytes, fastest.operands.has_zero_points());
-        if (shared_bytes <= optin) {
+        const bool resident = !t.wgmma || static_cast<std::size_t>(t.min_ctas) * (shared_bytes + 1024) <= per_sm;
+        if (shared_bytes <= optin && resident) {
             return t;
         }
     }

@@ -120,12 +120,17 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 32 < M <= 256 when its g
         const std::uint32_t row_tiles = static_cast<std::uint32_t>((m + 127) / 128);
         CHECK(step.config.grid == Dim3{112, row_tiles, row_tiles == 1 ? 2u : 1u});
         CHECK(step.config.block == Dim3{256, 1, 1});
-        // Four stages of 21504 bytes (1024-aligned) plus 1024 to align the base.
-        CHECK(step.config.dynamic_shared_bytes == 87040);
+        // Five stages of 21504 bytes (1024-aligned) plus 1024 to align the base; two CTAs fit an SM.
+        CHECK(defines(step, "NBITS_STAGES=5"));
+        CHECK(step.config.dynamic_shared_bytes == 108544);
         CHECK(step.configure_shared_memory);
         CHECK(plan.scratch_bytes.empty());
         CHECK(plan.capture_safe);
     }
+    // int8 weights make a stage of 25600 bytes: five would leave one CTA an SM, so four (2 x 104448 bytes fit).
+    const KernelStep int8 = test::kernel_step(fastest(node(4096, 14336, 8), rows(128)).plan(), 0);
+    CHECK(defines(int8, "NBITS_STAGES=4"));
+    CHECK(int8.config.dynamic_shared_bytes == 103424);
     // Either side of the range: the mma.sync GEMM, the dequantised chunks; 33..64 on 64-token tiles (below).
     CHECK(fastest(node(4096, 14336), rows(32)).plan().variant == "nbits_prefill_fused");
     CHECK(fastest(node(4096, 14336), rows(33)).plan().variant == "nbits_prefill_wgmma");
@@ -243,8 +248,8 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM over 64-token tiles from M =
     CHECK(defines(step, "NBITS_TILE_N=128"));
     CHECK(step.config.grid == Dim3{48, 1, 4});
     CHECK(step.config.block == Dim3{256, 1, 1});
-    // Four stages of 13312 bytes (4096 of weights, 8192 of activations, 1024 of scales) plus 1024 to align.
-    CHECK(step.config.dynamic_shared_bytes == 54272);
+    // Five stages of 13312 bytes (4096 of weights, 8192 of activations, 1024 of scales) plus 1024 to align.
+    CHECK(step.config.dynamic_shared_bytes == 67584);
     // From the given M: 32 rows take it with 17, not with 33; M = 16 stays the decode kernel.
     CHECK(from(fastest(node(4096, 6144), rows(32)), 17).plan().variant == "nbits_prefill_wgmma");
     CHECK(from(fastest(node(4096, 6144), rows(32)), 33).plan().variant == "nbits_prefill_fused");
