@@ -48,12 +48,6 @@ struct RuntimeOptions {
     // that rejects this toolkit's PTX makes the runtime switch to CUBIN.
     JitImage jit_image = JitImage::Ptx;
     DiskCacheOptions disk_cache;
-    // Warms NVRTC up (an empty kernel compiled on a second thread) while the
-    // driver creates the context, once per process, so that the first kernel
-    // compile does not also pay NVRTC's first-use costs. Off: NVRTC is first
-    // used by the first compile (a deployment whose disk cache holds every
-    // kernel never needs it).
-    bool warm_jit = true;
 };
 
 // Which kernels an operator launches. Validation and error messages are the

@@ -40,11 +40,4 @@ CompiledImage compile(const CompileRequest& request);
 // "13.0": the NVRTC library this process runs with.
 std::string nvrtc_version();
 
-// Compiles an empty kernel (to CUBIN when `assemble`, else to PTX) once per
-// process, so that NVRTC's first-use costs (loading its builtins library,
-// setting up the compiler; 0.04 s on the 2-core build machine, 0.12 s on the
-// H200 machine's host) are paid before the first real compile. Never throws:
-// an NVRTC that cannot compile says so at the first real compile.
-void warm_up_nvrtc(bool assemble);
-
 }  // namespace nbits::jit

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 #include <nvrtc.h>
 
-#include <atomic>
 #include <chrono>
 #include <memory>
 
@@ -155,20 +154,6 @@ std::string nvrtc_version()
     int minor = 0;
     nvrtcVersion(&major, &minor);
     return fmt::format("{}.{}", major, minor);
-}
-
-void warm_up_nvrtc(bool assemble)
-{
-    static std::atomic<bool> warmed{false};
-    if (warmed.exchange(true)) {
-        return;
-    }
-    static const KernelSource empty("nbits_warm_up", "extern \"C\" __global__ void nbits_warm_up() {}\n");
-    try {
-        compile({&empty, {}, {}, assemble ? Target::cubin(8, 0) : Target::ptx(8, 0)});
-    } catch (...) {
-        // The first real compile reports what is wrong with NVRTC, with its context.
-    }
 }
 
 }  // namespace nbits::jit

@@ -1,7 +1,6 @@
 #include "runtime/internals.hpp"
 
 #include "cuda/driver.hpp"
-#include "jit/compile.hpp"
 #include "jit/environment.hpp"
 #include "nbits/error.hpp"
 
@@ -36,35 +35,6 @@ int attribute(CUdevice device, CUdevice_attribute which)
     }
     return value;
 }
-
-// RuntimeOptions::warm_jit: NVRTC's warm-up on its own thread for as long as
-// the runtime's constructor runs (the driver's initialisation and context
-// creation, the longer of the two on the machines measured).
-class NvrtcWarmUp {
-public:
-    NvrtcWarmUp(bool enabled, JitImage image)
-    {
-        if (!enabled) {
-            return;
-        }
-        try {
-            thread_ = std::thread([image] { jit::warm_up_nvrtc(image == JitImage::Cubin); });
-        } catch (const std::system_error&) {
-            // No thread to spare: the first compile warms NVRTC up itself.
-        }
-    }
-    ~NvrtcWarmUp()
-    {
-        if (thread_.joinable()) {
-            thread_.join();
-        }
-    }
-    NvrtcWarmUp(const NvrtcWarmUp&) = delete;
-    NvrtcWarmUp& operator=(const NvrtcWarmUp&) = delete;
-
-private:
-    std::thread thread_;
-};
 
 [[noreturn]] void throw_allocation_failure(CUresult result, std::size_t bytes, const Capabilities& device)
 {
@@ -121,7 +91,6 @@ CudaRuntime::Internals::ScopedContext::~ScopedContext()
 
 CudaRuntime::Internals::Internals(const RuntimeOptions& options) : ordinal_(options.device)
 {
-    const NvrtcWarmUp warm_up(options.warm_jit, options.jit_image);
     const cuda::Driver& d = cuda::driver();
     int count = 0;
     cuda::check(d.device_get_count(&count), "counting CUDA devices");

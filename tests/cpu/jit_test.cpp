@@ -134,20 +134,6 @@ TEST_CASE("one entry compiled alone yields a module holding that entry only")
     }
 }
 
-TEST_CASE("warming NVRTC up never throws, happens once a process, and leaves compiles as they were")
-{
-    jit::CompileRequest request;
-    request.source = &kernels::source_of_entry("matmul_nbits_gemv_f32");
-    request.entries = {"matmul_nbits_gemv_f32"};
-    request.target = jit::Target::ptx(8, 0);
-    const jit::CompiledImage before = jit::compile(request);
-    CHECK_NOTHROW(jit::warm_up_nvrtc(true));
-    CHECK_NOTHROW(jit::warm_up_nvrtc(false));  // the second call returns at once
-    const jit::CompiledImage after = jit::compile(request);
-    CHECK(after.image == before.image);
-    CHECK(after.options == before.options);
-}
-
 TEST_SUITE("compile-all")
 {
     // NVRTC has no default include path and no built-in cuda_fp16.h, so a

@@ -165,20 +165,6 @@ TEST_CASE("eight threads asking for one entry at once cause one compile")
     }
 }
 
-TEST_CASE("a runtime compiles and loads the same with RuntimeOptions::warm_jit on and off")
-{
-    for (const bool warm : {false, true}) {
-        CAPTURE(warm);
-        RuntimeOptions options;
-        options.disk_cache.enabled = false;
-        options.warm_jit = warm;
-        CudaRuntime runtime(options);
-        const jit::KernelSource& source = kernels::source_of_entry("matmul_nbits_gemv_f32");
-        CHECK(runtime.internals().function(source, "matmul_nbits_gemv_f32") != nullptr);
-        CHECK(runtime.internals().modules().stats().compiles == 1);
-    }
-}
-
 TEST_CASE("allocation and free counters balance, and zero bytes still allocate")
 {
     CudaRuntime& runtime = gpu();

@@ -60,7 +60,6 @@ int run_child(const ChildOptions& options, int device)
     runtime_options.device = device;
     runtime_options.granularity = options.granularity;
     runtime_options.jit_image = options.jit_image;
-    runtime_options.warm_jit = !options.no_warm_jit;
     runtime_options.disk_cache.directory = options.cache_dir;
     CudaRuntime runtime(runtime_options);
     const std::int64_t runtime_at = monotonic_ns();

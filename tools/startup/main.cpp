@@ -31,8 +31,7 @@ tools::CommandLine command_line(StartupOptions& options)
         "step (matmul_nbits_gemv_f16_scales_f16, _gate_up_swiglu, _scales_f16_down_c2): with an empty disk\n"
         "cache (per-entry and whole-source compiles, one after the other, and per entry through\n"
         "CudaRuntime::prepare, in parallel; each compiling to PTX, as by default, and per entry to CUBIN,\n"
-        "RuntimeOptions::jit_image; through prepare also without RuntimeOptions::warm_jit), with a\n"
-        "prewarmed cache, and with the PTX a cold run left; and\n"
+        "RuntimeOptions::jit_image), with a prewarmed cache, and with the PTX a cold run left; and\n"
         "the in-process lookup once loaded. Each mode runs in fresh child processes, with the\n"
         "driver's own JIT cache off (CUDA_CACHE_DISABLE=1). Needs a GPU, except --compile-only, which times\n"
         "the NVRTC part of a cold start (per entry vs whole source) on any machine.\n"
@@ -69,8 +68,6 @@ tools::CommandLine command_line(StartupOptions& options)
     });
     cli.flag("prepare", "the child loads the step's entries through CudaRuntime::prepare, in parallel",
              &options.child_options.prepare);
-    cli.flag("no-warm-jit", "the child's runtime does not warm NVRTC up (RuntimeOptions::warm_jit off)",
-             &options.child_options.no_warm_jit);
     cli.option("jit-image", "ptx|cubin", "what the child's cold compiles make", [&](const std::string& value) {
         const std::optional<JitImage> image = parse_jit_image(value);
         if (!image) {
@@ -165,8 +162,6 @@ std::string gpu_table(const GpuMeasurement& m)
         "  empty cache, all entries of a decode step <= {:.0f} ms: {:.2f} ms one after the other {}, {:.2f} ms\n"
         "    through CudaRuntime::prepare {}; compiling to CUBIN {:.2f} ms one after the other {}, {:.2f} ms\n"
         "    through CudaRuntime::prepare {}\n"
-        "    (RuntimeOptions::warm_jit off: {:.2f} ms PTX and {:.2f} ms CUBIN through prepare; CudaRuntime\n"
-        "    creation {:.2f} ms with it, {:.2f} ms without)\n"
         "granularity, cold, first entry: per-entry {:.1f} ms vs whole {} source {:.1f} ms\n",
         kWarmStepTargetMs, warm.all_ms.median(), verdict(warm.all_ms.median() <= kWarmStepTargetMs),
         warm.process_to_all_ms.median(), warm.spawn_to_main_ms.median(), warm.runtime_init_ms.median(),
@@ -178,8 +173,6 @@ std::string gpu_table(const GpuMeasurement& m)
         verdict(m.mode("cold_entry_cubin").all_ms.median() <= kColdStepTargetMs),
         m.mode("cold_prepared_cubin").all_ms.median(),
         verdict(m.mode("cold_prepared_cubin").all_ms.median() <= kColdStepTargetMs),
-        m.mode("cold_prepared_unwarmed").all_ms.median(), m.mode("cold_prepared_cubin_unwarmed").all_ms.median(),
-        m.mode("cold_prepared").runtime_init_ms.median(), m.mode("cold_prepared_unwarmed").runtime_init_ms.median(),
         cold_entry.first_ms.median(), "gemv_f16",
         cold_source.first_ms.median());
     if (warm.compiles.max() > 0 || m.mode("warm_ptx").compiles.max() > 0) {
@@ -235,8 +228,6 @@ std::string gpu_json(const GpuMeasurement& m)
             .field("cold_cubin_all_ms", m.mode("cold_entry_cubin").all_ms.median())
             .field("cold_prepared_cubin_all_ms", m.mode("cold_prepared_cubin").all_ms.median())
             .field("cold_prepared_cubin_met", m.mode("cold_prepared_cubin").all_ms.median() <= kColdStepTargetMs)
-            .field("cold_prepared_unwarmed_all_ms", m.mode("cold_prepared_unwarmed").all_ms.median())
-            .field("cold_prepared_cubin_unwarmed_all_ms", m.mode("cold_prepared_cubin_unwarmed").all_ms.median())
             .end_object();
     }
     json.end_object();

@@ -120,17 +120,13 @@ double prewarm(const std::string& directory, const jit::Target& target)
 }
 
 void run_mode(ModeResult& mode, const std::string& cache_dir, CompileGranularity granularity, int device,
-              std::int64_t hits, GpuMeasurement* hit_samples, bool prepare = false, JitImage image = JitImage::Ptx,
-              bool warm_jit = true)
+              std::int64_t hits, GpuMeasurement* hit_samples, bool prepare = false, JitImage image = JitImage::Ptx)
 {
     std::vector<std::string> arguments = {
         "--child", "--cache-dir", cache_dir, "--granularity", to_string(granularity),
         "--device", std::to_string(device), "--child-hits", std::to_string(hits), "--jit-image", to_string(image)};
     if (prepare) {
         arguments.emplace_back("--prepare");
-    }
-    if (!warm_jit) {
-        arguments.emplace_back("--no-warm-jit");
     }
     // The driver's own JIT cache would hide the PTX-to-SASS step of a cold start.
     const std::map<std::string, std::string> environment = {
@@ -263,8 +259,6 @@ GpuMeasurement measure_gpu(const StartupOptions& options)
         {"cold_prepared", "cold: empty cache, per entry, CudaRuntime::prepare (parallel)"},
         {"cold_entry_cubin", "cold: empty cache, per entry, NVRTC to CUBIN"},
         {"cold_prepared_cubin", "cold: empty cache, per entry, NVRTC to CUBIN, CudaRuntime::prepare (parallel)"},
-        {"cold_prepared_unwarmed", "cold: as cold_prepared, RuntimeOptions::warm_jit off"},
-        {"cold_prepared_cubin_unwarmed", "cold: as cold_prepared_cubin, RuntimeOptions::warm_jit off"},
     };
     ModeResult& cold_entry = measurement.modes[0];
     ModeResult& cold_source = measurement.modes[1];
@@ -273,8 +267,6 @@ GpuMeasurement measure_gpu(const StartupOptions& options)
     ModeResult& cold_prepared = measurement.modes[4];
     ModeResult& cold_entry_cubin = measurement.modes[5];
     ModeResult& cold_prepared_cubin = measurement.modes[6];
-    ModeResult& cold_prepared_unwarmed = measurement.modes[7];
-    ModeResult& cold_prepared_cubin_unwarmed = measurement.modes[8];
     // Modes interleave within each repeat, so that drift in the machine's
     // state spreads over all of them alike.
     for (int r = 0; r < options.repeats && !measurement.failed(); ++r) {
@@ -291,10 +283,6 @@ GpuMeasurement measure_gpu(const StartupOptions& options)
                  options.device, 0, nullptr, false, JitImage::Cubin);
         run_mode(cold_prepared_cubin, scratch.path("cold-prepared-cubin-" + std::to_string(r)),
                  CompileGranularity::Entry, options.device, 0, nullptr, true, JitImage::Cubin);
-        run_mode(cold_prepared_unwarmed, scratch.path("cold-prepared-unwarmed-" + std::to_string(r)),
-                 CompileGranularity::Entry, options.device, 0, nullptr, true, JitImage::Ptx, false);
-        run_mode(cold_prepared_cubin_unwarmed, scratch.path("cold-prepared-cubin-unwarmed-" + std::to_string(r)),
-                 CompileGranularity::Entry, options.device, 0, nullptr, true, JitImage::Cubin, false);
     }
     return measurement;
 }

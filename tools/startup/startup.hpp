@@ -56,7 +56,6 @@ struct ChildOptions {
     std::int64_t hits = 0;           // in-process lookups to time after loading
     bool prepare = false;            // load the step's entries through CudaRuntime::prepare (in parallel)
     JitImage jit_image = JitImage::Ptx;  // what a cold compile makes
-    bool no_warm_jit = false;            // RuntimeOptions::warm_jit off
 };
 
 struct StartupOptions {

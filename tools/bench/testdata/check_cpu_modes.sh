@@ -97,7 +97,6 @@ contains "$work/out" "grid 112x1x1 block 512x1x1 shared 134144 bytes"
 
 expect 0 "$startup" --help
 contains "$work/out" "--jit-image"
-contains "$work/out" "--no-warm-jit"
 expect 2 "$startup" --bogus
 expect 2 "$startup" --repeat 0
 expect 2 "$startup" --child
