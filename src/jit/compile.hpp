@@ -20,6 +20,10 @@ struct CompileRequest {
     std::vector<std::string> entries;
     Defines defines;
     Target target;
+    // CUBIN: ptxas reports into the log (-Xptxas=-v: registers, spills, and
+    // its performance notes such as serialised wgmmas). For tests and tools;
+    // the runtime never asks, so its options and keys stay as they are.
+    bool assembler_report = false;
 };
 
 struct CompiledImage {

@@ -82,6 +82,9 @@ std::vector<std::string> compile_options(const CompileRequest& request)
     for (const std::string& dir : request.source->include_dirs()) {
         options.push_back("-I" + dir);
     }
+    if (request.assembler_report && request.target.kind == ImageKind::Cubin) {
+        options.emplace_back("-Xptxas=-v");
+    }
     return options;
 }
 

@@ -3,6 +3,9 @@
 
 #include "matmul_nbits_fixtures.hpp"
 
+#include "jit/compile.hpp"
+#include "kernels.hpp"
+
 #include <algorithm>
 #include <set>
 
@@ -275,6 +278,51 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM over 64-token tiles from M =
         CAPTURE(ignored);
         CHECK(from(fastest(node(4096, 6144), rows(32)), ignored).plan().variant == "nbits_prefill_fused");
         CHECK(from(fastest(node(4096, 6144), rows(64)), ignored).plan().variant == "nbits_prefill_wgmma");
+    }
+}
+
+TEST_CASE("the planned sm_90 wgmma steps assemble for sm_90a without spills and without serialised wgmmas")
+{
+    // ptxas serialises the wgmmas of a pipeline whose accumulators another instruction defines (its C7515
+    // note), which would silently cost the GEMM its overlap; under the 128-register cap of two CTAs an SM the
+    // A fragments and accumulators must also fit without spilling.
+    struct Planned {
+        const char* name;
+        NodeAttributes attributes;
+        test::Shapes shapes;
+    };
+    test::Shapes bf16_zp = rows(128, DataType::BFloat16);
+    bf16_zp.zero_points = true;
+    test::Shapes zp64 = rows(64);
+    zp64.zero_points = true;
+    test::Shapes f32_scales = rows(200);
+    f32_scales.scales = DataType::Float32;
+    const std::vector<Planned> planned = {
+        {"fp16 int4 M = 128, split 2", node(4096, 14336), rows(128)},
+        {"fp16 int4 zero points M = 64 (64-token tiles)", node(4096, 14336), zp64},
+        {"bf16 int4 zero points M = 128", node(4096, 14336), bf16_zp},
+        {"fp16 int8 M = 128 (four stages)", node(4096, 14336, 8), rows(128)},
+        {"fp16 int4 block 128, fp32 scales, M = 200 (two row tiles)", node(4096, 14336, 4, 128), f32_scales},
+        {"paired gate/up bf16 int8 M = 48", test::marked(node(4096, 14336, 8), kGateUpSwigluAttr),
+         rows(48, DataType::BFloat16)},
+    };
+    for (const Planned& p : planned) {
+        CAPTURE(p.name);
+        const LaunchPlan plan = fastest(p.attributes, p.shapes).plan();
+        REQUIRE(plan.variant == "nbits_prefill_wgmma");
+        const KernelStep& step = test::kernel_step(plan, 0);
+        jit::CompileRequest request;
+        request.source = &kernels::source_of_entry(step.entry);
+        request.entries = {step.entry};
+        request.defines = step.defines;
+        request.target = jit::Target::cubin(9, 0, true);
+        request.assembler_report = true;
+        const jit::CompiledImage image = jit::compile(request);
+        INFO(image.log);
+        CHECK(image.log.find("Used ") != std::string::npos);  // the report is there
+        CHECK(image.log.find("C7515") == std::string::npos);
+        CHECK(image.log.find("serialized") == std::string::npos);
+        CHECK(image.log.find(" 0 bytes spill stores") != std::string::npos);
     }
 }
 
