@@ -142,6 +142,16 @@ std::size_t prefill_shared_bytes(const PrefillTiles& t, const MatMulNBitsConfig&
     return std::max(static_cast<std::size_t>(t.stages) * stage, reduction) + (t.wgmma ? 1024 : 0);
 }
 
+// Whether `blocks` CTAs with `shared_bytes` of dynamic shared memory each are
+// resident on one SM of `device` at once: an SM has the opt-in per-block limit
+// plus 1 KiB, and each block reserves 1 KiB beyond its own (sm_80 and later).
+bool resident_on_sm(const Capabilities& device, std::size_t blocks, std::size_t shared_bytes)
+{
+    constexpr std::size_t kReservedPerBlock = 1024;
+    return blocks * (shared_bytes + kReservedPerBlock) <=
+           std::size_t{device.max_shared_memory_per_block_optin} + kReservedPerBlock;
+}
+
 // The preset adapted to the node and the device: a thread's k range must lie
 // in one quantization block, and the stages must fit the opt-in shared memory.
 std::optional<PrefillTiles> fit_tiles(PrefillTiles t, const FastestRequest& fastest, std::size_t& shared_bytes)
@@ -157,14 +167,13 @@ std::optional<PrefillTiles> fit_tiles(PrefillTiles t, const FastestRequest& fast
         }
     }
     const std::size_t scale_bytes = element_size(fastest.operands.scale_type);
-    const std::uint32_t optin = fastest.request.context.capabilities.max_shared_memory_per_block_optin;
-    // The wgmma tiles must also keep MIN_CTAS of them resident on an SM (its shared memory is the opt-in limit
-    // plus the 1 KiB each block reserves): a fifth stage that left one CTA an SM would cost more than it hides.
-    const std::size_t per_sm = std::size_t{optin} + 1024;
+    const Capabilities& device = fastest.request.context.capabilities;
     for (; t.stages >= (t.wgmma ? 3 : 2); --t.stages) {
         shared_bytes = prefill_shared_bytes(t, config, scale_bytes, fastest.operands.has_zero_points());
-        const bool resident = !t.wgmma || static_cast<std::size_t>(t.min_ctas) * (shared_bytes + 1024) <= per_sm;
-        if (shared_bytes <= optin && resident) {
+        // The wgmma tiles must also keep MIN_CTAS of them resident on an SM: a fifth stage that left one CTA an
+        // SM would cost more than it hides.
+        const bool resident = !t.wgmma || resident_on_sm(device, static_cast<std::size_t>(t.min_ctas), shared_bytes);
+        if (shared_bytes <= device.max_shared_memory_per_block_optin && resident) {
             return t;
         }
     }
@@ -680,9 +689,6 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     const int m_tiles = fastest.m <= 8 ? 1 : 2;
     const bool rms = fastest.gamma != nullptr;
     const std::size_t sms = std::max<std::uint32_t>(device.multiprocessor_count, 1);
-    // Shared memory an SM has for blocks, and what each block costs beyond its own (1 KiB on sm_80 and later).
-    const std::size_t per_sm = std::size_t{device.max_shared_memory_per_block_optin} + 1024;
-    const std::size_t per_block_reserved = 1024;
 
     DecodeGeometry geometry{};
     geometry.chunks = fastest.m == 1 && !paired && config.bits == 4 && config.k > config.n ? 2 : 1;
@@ -695,7 +701,7 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
         return decode_shared_bytes(geometry.warps, tiles, geometry.chunks, m_tiles, sets, rms);
     };
     auto fits = [&](std::uint32_t blocks, int tiles) {
-        return std::size_t{blocks} * (shared(tiles) + per_block_reserved) <= per_sm;
+        return resident_on_sm(device, blocks, shared(tiles));
     };
     if (geometry.tiles == 2 && !fits(base_blocks, 2)) {
         geometry.tiles = 1;
