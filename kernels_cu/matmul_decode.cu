@@ -105,6 +105,16 @@
 #define NBITS_L2_PREFETCH 128
 #endif
 
+#ifndef NBITS_OVERLAP  // 1: launched as a programmatic dependent of the previous kernel (sm_90+), see tc_run
+#define NBITS_OVERLAP 0
+#endif
+#ifndef NBITS_PREFETCH_ROW_BYTES  // NBITS_OVERLAP: bytes at the start of each first-group row prefetched into L2
+#define NBITS_PREFETCH_ROW_BYTES 0
+#endif
+#if NBITS_OVERLAP && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "NBITS_OVERLAP needs griddepcontrol (compute capability 9.0 and newer)"
+#endif
+
 #if NBITS_L2_PREFETCH == 64
 #define NBITS_DECODE_L2_HINT ".L2::64B"
 #elif NBITS_L2_PREFETCH == 128
@@ -1294,6 +1304,19 @@ __device__ __forceinline__ void tc_finish(
     }
 }
 
+// The first `prefix` bytes of `rows` rows of `row_bytes` each, from base,
+// into L2 (whole lines; the CTA's threads share the lines).
+__device__ __forceinline__ void prefetch_row_prefixes(const void* base, long long row_bytes, int rows, int prefix)
+{
+    const int lines = (prefix + 127) / 128;
+    for (int i = (int)threadIdx.x; i < rows * lines; i += kThreads) {
+        const int row = i / lines;
+        const int offset = min((i - row * lines) * 128, prefix - 1);
+        const char* p = static_cast<const char*>(base) + row * row_bytes + offset;
+        asm volatile("prefetch.global.L2 [%0];" : : "l"(p));
+    }
+}
+
 // The whole kernel body. CTA c takes column groups c, c + gridDim.x, ...
 // (kCtaCols columns each); warp w takes k steps w, w + warps, ... of each
 // group. The steps of all its groups form one sequence per warp, pipelined
@@ -1325,6 +1348,29 @@ __device__ __forceinline__ void tc_run(
     if (dynamic_bytes < sizeof(TcShared<NSETS>)) {
         __trap();
     }
+
+#if NBITS_OVERLAP
+    // A programmatic dependent: until griddepcontrol.wait the kernel before
+    // this one on the stream may still run, so only B and the scales, which
+    // no kernel writes (MatMulNBitsOptions::constant_weights), are touched
+    // before it; A, gamma and Y after. The kernel after this one may launch
+    // its CTAs as soon as every CTA here has started.
+    asm volatile("griddepcontrol.launch_dependents;" : : : "memory");
+    if (NBITS_PREFETCH_ROW_BYTES > 0 && my_groups > 0) {
+        const int n0 = (int)blockIdx.x * kCtaCols;
+        const int rows = min(kCtaCols, n - n0);
+        constexpr long long kScaleRowBytes = (long long)kKBlocks * sizeof(scale_raw_t);
+        constexpr int kScalePrefix =
+            (int)(((long long)NBITS_PREFETCH_ROW_BYTES * kScaleRowBytes + kRowBytes - 1) / kRowBytes);
+#pragma unroll
+        for (int set = 0; set < NSETS; ++set) {
+            prefetch_row_prefixes(b[set] + (long long)n0 * kRowBytes, kRowBytes, rows, NBITS_PREFETCH_ROW_BYTES);
+            prefetch_row_prefixes(static_cast<const char*>(scales[set]) + n0 * kScaleRowBytes, kScaleRowBytes, rows,
+                                  kScalePrefix);
+        }
+    }
+    asm volatile("griddepcontrol.wait;" : : : "memory");
+#endif
 
     TcActs act;
 #pragma unroll

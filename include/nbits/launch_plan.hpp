@@ -26,6 +26,11 @@ struct LaunchConfig {
     Dim3 grid;
     Dim3 block;
     std::uint32_t dynamic_shared_bytes = 0;
+    // Launched with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    // (compute capability 9.0 and newer): the kernel may start before the one
+    // before it on the stream ends, and its griddepcontrol.wait orders what
+    // it reads and writes after that kernel.
+    bool programmatic_dependent = false;
 };
 
 namespace ops {

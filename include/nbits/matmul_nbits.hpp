@@ -59,7 +59,8 @@ struct MatMulNBitsConfig {
 // decode GEMVs (ONNX_GENAI_DOWN_COLS and ONNX_GENAI_ACC4_WARPS are accepted
 // as aliases), NBITS_PREFILL_SPLIT_K (1..8), NBITS_PREFILL_WGMMA_TILE_N
 // (128|256) and NBITS_PREFILL_WGMMA_MIN_M (17..65) for Fastest's fused
-// prefill GEMM. Other values are ignored.
+// prefill GEMM, NBITS_DECODE_PREFETCH_MIB (0..64) for its overlapped decode
+// kernels. Other values are ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
 inline constexpr const char* kDownColumnsAliasEnv = "ONNX_GENAI_DOWN_COLS";
@@ -67,6 +68,7 @@ inline constexpr const char* kAccuracy4WarpsAliasEnv = "ONNX_GENAI_ACC4_WARPS";
 inline constexpr const char* kPrefillSplitKEnv = "NBITS_PREFILL_SPLIT_K";
 inline constexpr const char* kPrefillWgmmaTileNEnv = "NBITS_PREFILL_WGMMA_TILE_N";
 inline constexpr const char* kPrefillWgmmaMinMEnv = "NBITS_PREFILL_WGMMA_MIN_M";
+inline constexpr const char* kDecodePrefetchEnv = "NBITS_DECODE_PREFETCH_MIB";
 
 struct PlanOverrides {
     std::optional<int> down_columns;
@@ -84,18 +86,24 @@ struct PlanOverrides {
     // runs tiles of 64 tokens (wgmma m64n64k16), 65 keeps it above that.
     // Unset: 33, from where it measured faster than the mma.sync GEMM.
     std::optional<int> prefill_wgmma_min_m;
+    // MiB of weights the decode kernels prefetch into L2 (all CTAs together)
+    // before they wait for the previous kernel, when they launch as its
+    // programmatic dependents (MatMulNBitsOptions::constant_weights), 0..64.
+    // Unset: kDecodePrefetchBytes.
+    std::optional<int> decode_prefetch_mib;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
     // The same rules over given values (nullopt: unset). DOWN_COLS must be
     // exactly "8", "4" or "2"; the others are unsigned decimals with an
     // optional '+' ("+4" and "04" count): ACC4_WARPS 1, 2, 4 or 8,
     // PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256,
-    // PREFILL_WGMMA_MIN_M 17 to 65.
+    // PREFILL_WGMMA_MIN_M 17 to 65, DECODE_PREFETCH_MIB 0 to 64.
     static PlanOverrides parse(const std::optional<std::string>& down_columns,
                                const std::optional<std::string>& accuracy4_warps,
                                const std::optional<std::string>& prefill_split_k = std::nullopt,
                                const std::optional<std::string>& prefill_wgmma_tile_n = std::nullopt,
-                               const std::optional<std::string>& prefill_wgmma_min_m = std::nullopt);
+                               const std::optional<std::string>& prefill_wgmma_min_m = std::nullopt,
+                               const std::optional<std::string>& decode_prefetch_mib = std::nullopt);
 };
 
 // What the plan may know about the machine, injected so that it stays pure.
@@ -103,6 +111,8 @@ struct PlanContext {
     Capabilities capabilities;
     PlanOverrides overrides;
     KernelPolicy policy = KernelPolicy::Original;
+    // MatMulNBitsOptions::constant_weights.
+    bool constant_weights = false;
     // Reads g_idx (input 4) from the device for its range check; called only
     // when a g_idx tensor is present (f32 activations). Without one, such a
     // plan fails with a message saying how to supply the data.

@@ -67,6 +67,7 @@ struct Driver {
     decltype(&::cuFuncGetAttribute) func_get_attribute = nullptr;
     decltype(&::cuFuncSetAttribute) func_set_attribute = nullptr;
     decltype(&::cuLaunchKernel) launch_kernel = nullptr;
+    decltype(&::cuLaunchKernelEx) launch_kernel_ex = nullptr;
 
     decltype(&::cuEventCreate) event_create = nullptr;
     decltype(&::cuEventDestroy) event_destroy = nullptr;

@@ -82,7 +82,8 @@ void write_step(JsonWriter& json, const KernelStep& step)
     json.key("block");
     write_dim(json, step.config.block);
     json.field("dynamic_shared_bytes", step.config.dynamic_shared_bytes)
-        .field("configure_shared_memory", step.configure_shared_memory);
+        .field("configure_shared_memory", step.configure_shared_memory)
+        .field("programmatic_dependent", step.config.programmatic_dependent);
     json.key("args").begin_array();
     for (const KernelArg& arg : step.args) {
         json.begin_object();
@@ -130,10 +131,11 @@ std::string describe_step(const KernelStep& step)
     for (const std::string& define : step.defines) {
         defines += " -D" + define;
     }
-    std::string text = fmt::format("  kernel {} ({}.cu{}) — {}\n    grid {} block {} shared {} bytes{}\n    args: {}\n",
-                                   step.entry, step.source, defines, step.what, dim_text(step.config.grid),
-                                   dim_text(step.config.block), step.config.dynamic_shared_bytes,
-                                   step.configure_shared_memory ? " (opt-in configured)" : "", args);
+    std::string text = fmt::format(
+        "  kernel {} ({}.cu{}) — {}\n    grid {} block {} shared {} bytes{}{}\n    args: {}\n", step.entry, step.source,
+        defines, step.what, dim_text(step.config.grid), dim_text(step.config.block), step.config.dynamic_shared_bytes,
+        step.configure_shared_memory ? " (opt-in configured)" : "",
+        step.config.programmatic_dependent ? ", programmatic dependent launch" : "", args);
     for (const AlignmentRequirement& a : step.alignment) {
         text += fmt::format("    align {} to {} bytes\n", a.tensor, a.bytes);
     }

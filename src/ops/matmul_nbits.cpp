@@ -216,7 +216,8 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
                                    const std::optional<std::string>& accuracy4_warps,
                                    const std::optional<std::string>& prefill_split_k,
                                    const std::optional<std::string>& prefill_wgmma_tile_n,
-                                   const std::optional<std::string>& prefill_wgmma_min_m)
+                                   const std::optional<std::string>& prefill_wgmma_min_m,
+                                   const std::optional<std::string>& decode_prefetch_mib)
 {
     PlanOverrides overrides;
     // The original matches the exact strings "8", "4" and "2" (no sign, no padding).
@@ -235,6 +236,7 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
         accepted(prefill_wgmma_tile_n, [](std::uint32_t rows) { return rows == 128 || rows == 256; });
     overrides.prefill_wgmma_min_m =
         accepted(prefill_wgmma_min_m, [](std::uint32_t rows) { return rows >= 17 && rows <= 65; });
+    overrides.decode_prefetch_mib = accepted(decode_prefetch_mib, [](std::uint32_t mib) { return mib <= 64; });
     return overrides;
 }
 
@@ -246,7 +248,8 @@ PlanOverrides PlanOverrides::from_environment()
         return value ? value : environment(alias);
     };
     return parse(first(kDownColumnsEnv, kDownColumnsAliasEnv), first(kAccuracy4WarpsEnv, kAccuracy4WarpsAliasEnv),
-                 environment(kPrefillSplitKEnv), environment(kPrefillWgmmaTileNEnv), environment(kPrefillWgmmaMinMEnv));
+                 environment(kPrefillSplitKEnv), environment(kPrefillWgmmaTileNEnv), environment(kPrefillWgmmaMinMEnv),
+                 environment(kDecodePrefetchEnv));
 }
 
 MatMulNBits::MatMulNBits(std::shared_ptr<CudaRuntime> runtime, const NodeAttributes& attributes,
@@ -273,6 +276,7 @@ PlanContext MatMulNBits::context(const std::vector<Tensor>* tensors, CUstream st
     context.capabilities = runtime_->capabilities();
     context.overrides = overrides_;
     context.policy = options_.policy;
+    context.constant_weights = options_.constant_weights;
     if (tensors != nullptr && tensors->size() > kGroupIndexSlot) {
         CudaRuntime* runtime = runtime_.get();
         const CUdeviceptr data = (*tensors)[kGroupIndexSlot].data;

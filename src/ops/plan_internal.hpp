@@ -69,6 +69,12 @@ public:
         step_.arch_specific = value;
         return *this;
     }
+    // Launch as a programmatic dependent of the previous kernel (LaunchConfig).
+    StepBuilder& programmatic_dependent(bool value)
+    {
+        step_.config.programmatic_dependent = value;
+        return *this;
+    }
 
     // Checks that every parameter is bound exactly once with its kind and
     // that the geometry fits the device, derives the alignment each bound

@@ -305,9 +305,28 @@ void CudaRuntime::Internals::launch(CUfunction function, const LaunchConfig& con
                                     CUstream stream, std::string_view what)
 {
     ScopedContext scope(*this);
-    const CUresult result = cuda::driver().launch_kernel(
-        function, config.grid.x, config.grid.y, config.grid.z, config.block.x, config.block.y, config.block.z,
-        config.dynamic_shared_bytes, stream, args.pointers(), nullptr);
+    CUresult result = CUDA_SUCCESS;
+    if (config.programmatic_dependent) {
+        CUlaunchAttribute attribute{};
+        attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attribute.value.programmaticStreamSerializationAllowed = 1;
+        CUlaunchConfig launch{};
+        launch.gridDimX = config.grid.x;
+        launch.gridDimY = config.grid.y;
+        launch.gridDimZ = config.grid.z;
+        launch.blockDimX = config.block.x;
+        launch.blockDimY = config.block.y;
+        launch.blockDimZ = config.block.z;
+        launch.sharedMemBytes = config.dynamic_shared_bytes;
+        launch.hStream = stream;
+        launch.attrs = &attribute;
+        launch.numAttrs = 1;
+        result = cuda::driver().launch_kernel_ex(&launch, function, args.pointers(), nullptr);
+    } else {
+        result = cuda::driver().launch_kernel(function, config.grid.x, config.grid.y, config.grid.z, config.block.x,
+                                              config.block.y, config.block.z, config.dynamic_shared_bytes, stream,
+                                              args.pointers(), nullptr);
+    }
     auto fail = [&](const char* when, CUresult error) {
         throw Error(ErrorKind::Driver,
                     fmt::format("launch {} (grid {}x{}x{}, block {}x{}x{}, {} bytes dynamic shared memory) {}: {}",

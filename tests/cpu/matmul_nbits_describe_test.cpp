@@ -252,7 +252,7 @@ TEST_CASE("the JSON dump of a decode plan is stable, field for field")
           R"json("scratch_bytes":[],"workspace_bytes":0,"steps":[{"kind":"kernel",)json"
           R"json("source":"gemv_f16","entry":"matmul_nbits_gemv_int8_f16","what":"MatMulNBits int8 fp16 GEMV",)json"
           R"json("defines":[],"grid":[4,1,1],"block":[64,1,1],"dynamic_shared_bytes":0,)json"
-          R"json("configure_shared_memory":false,"args":[)json"
+          R"json("configure_shared_memory":false,"programmatic_dependent":false,"args":[)json"
           R"json({"pointer":{"buffer":"input","index":0,"offset":0}},{"pointer":{"buffer":"input","index":1,"offset":0}},)json"
           R"json({"pointer":{"buffer":"input","index":2,"offset":0}},{"pointer":{"buffer":"null","index":0,"offset":0}},)json"
           R"json({"pointer":{"buffer":"null","index":0,"offset":0}},{"pointer":{"buffer":"output","index":0,"offset":0}},)json"

@@ -607,3 +607,50 @@ TEST_CASE("Fastest keeps the original's int4 down-projection GEMV only where the
     // From M = 2 every down projection takes the decode kernel.
     CHECK(entries(fastest(node(4864, 896), rows(2)).plan()) == std::vector<std::string>{"nbits_decode_matmul"});
 }
+
+TEST_CASE("Fastest decode with constant weights launches as a programmatic dependent on sm_90, prefetching into L2")
+{
+    auto constant = [](test::Problem p) {
+        p.context.constant_weights = true;
+        return p;
+    };
+    // lm_head: 264 CTAs x 32 rows of 2048 bytes = 17.3 MB, past the 16 MiB budget: 1920 bytes (15 lines) a row.
+    const KernelStep lm_head = test::kernel_step(constant(fastest(node(4096, 128256), rows(1))).plan(), 0);
+    CHECK(lm_head.config.programmatic_dependent);
+    CHECK(defines(lm_head, "NBITS_OVERLAP=1"));
+    CHECK(defines(lm_head, "NBITS_PREFETCH_ROW_BYTES=1920"));
+    // Llama-3-8B qkv: 384 CTAs x 16 rows of 2048 bytes (12.6 MB) fit the budget: whole rows.
+    CHECK(defines(test::kernel_step(constant(fastest(node(4096, 6144), rows(1))).plan(), 0),
+                  "NBITS_PREFETCH_ROW_BYTES=2048"));
+    // The paired node counts both weight sets: 264 CTAs x 16 rows x 2 sets of 2048 bytes = 17.3 MB.
+    const KernelStep paired = test::kernel_step(
+        constant(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(16))).plan(), 0);
+    CHECK(paired.config.programmatic_dependent);
+    CHECK(defines(paired, "NBITS_PREFETCH_ROW_BYTES=1920"));
+    // NBITS_DECODE_PREFETCH_MIB=0: programmatic dependents without the prefetch.
+    test::Problem none = constant(fastest(node(4096, 128256), rows(1)));
+    none.context.overrides = PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                                  std::nullopt, std::string("0"));
+    CHECK(defines(test::kernel_step(none.plan(), 0), "NBITS_PREFETCH_ROW_BYTES=0"));
+    CHECK(test::kernel_step(none.plan(), 0).config.programmatic_dependent);
+    // Not without the promise, not before sm_90 (no griddepcontrol), not on CUDA cores, not for prefill.
+    const KernelStep plain = test::kernel_step(fastest(node(4096, 128256), rows(1)).plan(), 0);
+    CHECK_FALSE(plain.config.programmatic_dependent);
+    CHECK_FALSE(defines(plain, "NBITS_OVERLAP=1"));
+    CHECK_FALSE(test::kernel_step(constant(fastest(node(4096, 128256), rows(1), Capabilities::a100())).plan(), 0)
+                    .config.programmatic_dependent);
+    CHECK_FALSE(test::kernel_step(constant(fastest(node(4096, 4096), rows(1, DataType::Float32))).plan(), 0)
+                    .config.programmatic_dependent);
+    for (const PlanStep& step : constant(fastest(node(4096, 14336), rows(64))).plan().steps) {
+        if (const auto* kernel = std::get_if<KernelStep>(&step)) {
+            CHECK_FALSE(kernel->config.programmatic_dependent);
+        }
+    }
+    // Under the original policy the promise changes nothing.
+    test::Problem original = constant(fastest(node(4096, 128256), rows(1)));
+    original.context.policy = KernelPolicy::Original;
+    CHECK_FALSE(test::kernel_step(original.plan(), 0).config.programmatic_dependent);
+    // nbits-plan shows it.
+    CHECK(constant(fastest(node(4096, 128256), rows(1))).plan().describe().find("programmatic dependent launch") !=
+          std::string::npos);
+}

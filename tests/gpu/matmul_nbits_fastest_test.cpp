@@ -186,12 +186,14 @@ struct FastestNode {
     std::vector<float> expected;  // [m, n]
 };
 
-FastestNode make_node(const FastestCase& c, std::uint64_t seed)
+// `activation` replaces A's random values (a chain whose A is another node's Y).
+FastestNode make_node(const FastestCase& c, std::uint64_t seed, const std::vector<float>* activation = nullptr)
 {
     Lcg lcg(seed);
     const DataType t = c.activation;
     const DataType scale_type = c.f32_scales ? DataType::Float32 : t;
-    const std::vector<float> a = stored_values(t, random_values(lcg, c.m * c.k, -1.0f, 1.0f));
+    const std::vector<float> drawn = stored_values(t, random_values(lcg, c.m * c.k, -1.0f, 1.0f));
+    const std::vector<float>& a = activation != nullptr ? *activation : drawn;
     QuantizedWeights w = random_weights(lcg, c, scale_type);
     QuantizedWeights up = c.gate_up ? random_weights(lcg, c, scale_type) : QuantizedWeights{};
     const std::size_t bias_rows = c.bias == Bias::PerToken ? c.m : 1;
@@ -254,10 +256,10 @@ FastestNode make_node(const FastestCase& c, std::uint64_t seed)
     return node;
 }
 
-std::unique_ptr<ops::MatMulNBits> fastest_operator(const FastestNode& node)
+std::unique_ptr<ops::MatMulNBits> fastest_operator(const FastestNode& node, bool constant_weights = false)
 {
     return std::make_unique<ops::MatMulNBits>(matmul_gpu_shared(), node.attributes,
-                                              MatMulNBitsOptions{KernelPolicy::Fastest});
+                                              MatMulNBitsOptions{KernelPolicy::Fastest, constant_weights});
 }
 
 // Compiles every kernel the nodes' plans launch on all host cores at once
@@ -597,5 +599,64 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
         CAPTURE(outcome.variant);
         CHECK(outcome.error.all_finite);
         CHECK(outcome.error.max_abs <= std::max(2e-2f * outcome.error.max_out, 1e-3f));
+    }
+}
+
+TEST_CASE("constant weights: a decode kernel launched as a programmatic dependent reads A only after the kernel "
+          "before it wrote it, eager and in a CUDA graph")
+{
+    CudaRuntime& runtime = matmul_gpu();
+    const bool overlapping = runtime.capabilities().compute_major >= 9;
+    for (const std::size_t m : {std::size_t{1}, std::size_t{9}}) {
+        // The first node's CTAs loop over many column groups, so that the second node's CTAs start on SMs where
+        // the first one's are done while the rest still write Y1, the second node's A.
+        FastestCase first = feature_case(DataType::Float16, m, 4, 32, false, Bias::None, false, false, 24000, 4096);
+        FastestCase second = feature_case(DataType::Float16, m, 4, 32, true, Bias::Plain, false, false, 3000, 24000);
+        CAPTURE(first.describe());
+        CAPTURE(second.describe());
+        const FastestNode producer = make_node(first, 0xc0a5 + m);
+        const DeviceTensors producer_inputs(runtime, producer.inputs);
+        DeviceOutput y1(runtime, DataType::Float16, {m, first.n});
+        const std::unique_ptr<ops::MatMulNBits> op1 = fastest_operator(producer, true);
+        const RunOutcome alone = run_into(*op1, producer_inputs.tensors(), y1);
+        REQUIRE(within_oracle_bound(oracle_error(output_values(DataType::Float16, alone.bytes), producer.expected),
+                                    1e-3f));
+        CHECK(std::get<ops::KernelStep>(alone.plan.steps.at(0)).config.programmatic_dependent == overlapping);
+
+        // The consumer's expectation from the Y1 the producer writes (its reduction order is fixed).
+        const std::vector<float> a2 = output_values(DataType::Float16, alone.bytes);
+        const FastestNode consumer = make_node(second, 0xc0b5 + m, &a2);
+        const DeviceTensors consumer_inputs(runtime, consumer.inputs);
+        std::vector<Tensor> chained = consumer_inputs.tensors();
+        chained[0] = y1.tensor();
+        DeviceOutput y2(runtime, DataType::Float16, {m, second.n});
+        const std::unique_ptr<ops::MatMulNBits> op2 = fastest_operator(consumer, true);
+
+        auto check_chain = [&](const char* how) {
+            CAPTURE(how);
+            CHECK(y1.bytes() == alone.bytes);
+            const OracleError error = oracle_error(output_values(DataType::Float16, y2.bytes()), consumer.expected);
+            CAPTURE(error.describe());
+            CHECK(within_oracle_bound(error, 1e-3f));
+        };
+        for (int round = 0; round < 3; ++round) {
+            y1.poison();
+            y2.poison();
+            op1->run(producer_inputs.tensors(), {y1.tensor()});
+            op2->run(chained, {y2.tensor()});
+            runtime.synchronize();
+            check_chain("eager");
+        }
+        CapturedGraph graph(runtime, [&] {
+            op1->run(producer_inputs.tensors(), {y1.tensor()});
+            op2->run(chained, {y2.tensor()});
+        });
+        for (int round = 0; round < 3; ++round) {
+            y1.poison();
+            y2.poison();
+            graph.replay();
+            runtime.synchronize();
+            check_chain("graph");
+        }
     }
 }
