@@ -714,6 +714,22 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], u32 a0, u32 a1, u32 a2,
     }
 }
 
+// d = a b + c with c in registers of its own (no copy into the accumulator).
+template <bool BF16>
+__device__ __forceinline__ void mma_16816_from(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1,
+                                               const float (&c)[4])
+{
+    if constexpr (BF16) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+            : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+    } else {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+            : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+    }
+}
+
 // Exact mode: the mma multiplies (q - zp), exact in T, and each 16 x 16 mma
 // lies inside one quantisation block, so the scale is applied to the fp32
 // result; the weights are never rounded. For that the four chunks of a quad
@@ -736,6 +752,56 @@ static_assert(kSteps >= kWarps, "every warp needs a k step: NBITS_WARPS <= ceil(
 #endif
 constexpr int kStages = NBITS_STAGES;
 static_assert(kStages >= 2 && kStages <= 8, "NBITS_STAGES is 2..8");
+
+// Biased codes (exact mode, every layout but bf16 int8): the pairs of Codes
+// without the subtraction, W' = q + bias (fp16 int4: 1024 + q for a low
+// nibble, 1024 + 16 q for a high one, left in place; bf16 int4: 128 + q;
+// fp16 int8: 1024 + q), all exact in T. The mma then computes sum W' a', with
+// the activations of high-nibble pairs divided by 16 (exact: a power of two),
+// and starts from -sum W'(zp) a', which one more mma per block derives from
+// the activations alone (BiasedCorrection), so the weights cost no
+// subtraction.
+constexpr bool kBiased = kExact && !(kBf16 && kBits == 8);
+constexpr bool kHighNibbleInPlace = kBiased && !kBf16 && kBits == 4;
+
+template <bool BF16, int BITS>
+struct BiasedCodes;
+
+template <>
+struct BiasedCodes<false, 4> {
+    // -W'(0) for every pair; -(W'(zp) - W'(0)) / zp: 1 for low nibbles (a0, a1 of an mma), 16 for high ones.
+    static constexpr u32 kNegBase = 0xe400e400u, kNegZeroLow = 0xbc00bc00u, kNegZeroHigh = 0xcc00cc00u;
+    static __device__ __forceinline__ void word(u32 q, u32 (&w)[4])
+    {
+        const u32 q8 = q >> 8;
+        w[0] = lop_and_or(q, 0x000f000fu, 0x64006400u);
+        w[1] = lop_and_or(q, 0x00f000f0u, 0x64006400u);
+        w[2] = lop_and_or(q8, 0x000f000fu, 0x64006400u);
+        w[3] = lop_and_or(q8, 0x00f000f0u, 0x64006400u);
+    }
+};
+
+template <>
+struct BiasedCodes<true, 4> {
+    static constexpr u32 kNegBase = 0xc300c300u, kNegZeroLow = 0xbf80bf80u, kNegZeroHigh = 0xbf80bf80u;
+    static __device__ __forceinline__ void word(u32 q, u32 (&w)[4])
+    {
+        w[0] = lop_and_or(q, 0x000f000fu, 0x43004300u);
+        w[1] = lop_and_or(q >> 4, 0x000f000fu, 0x43004300u);
+        w[2] = lop_and_or(q >> 8, 0x000f000fu, 0x43004300u);
+        w[3] = lop_and_or(q >> 12, 0x000f000fu, 0x43004300u);
+    }
+};
+
+template <>
+struct BiasedCodes<false, 8> {
+    static constexpr u32 kNegBase = 0xe400e400u, kNegZeroLow = 0xbc00bc00u, kNegZeroHigh = 0xbc00bc00u;
+    static __device__ __forceinline__ void word(u32 q, u32 (&w)[2])
+    {
+        w[0] = __byte_perm(q, 0x64646464u, 0x4140);
+        w[1] = __byte_perm(q, 0x64646464u, 0x4342);
+    }
+};
 
 // A row's scales of one chunk index are consecutive blocks blk0 .. blk0 +
 // kScalesPerChunk - 1 with blk0 a multiple of kScalesPerChunk; when every
@@ -1135,6 +1201,55 @@ __device__ __forceinline__ void tc_compute(
             const int kc = step * kStepCodes + 4 * r * kChunkCodes + t * kWordCodes;
 #pragma unroll
             for (int w = 0; w < 4; ++w) load_b_word<TAIL>(act, kc + w * kChunkCodes, ss, x[w]);
+            const int blk0 = scale_block(step, r, t, 0);
+
+            // Biased codes: the high-nibble activations divided by 16, and per
+            // block and batch row -sum W'(0) a' (elements 0, 1) and -sum (W'(zp) -
+            // W'(0)) a' / zp (elements 2, 3), from one mma whose weight rows are
+            // those constants (rows 0-7 and 8-15 alike, so every lane gets its
+            // batch rows' sums). The k slots of an mma's a0/a1 registers hold
+            // even pairs (low nibbles), those of a2/a3 odd pairs.
+            float corr[kScalesPerChunk][kMTiles][4];
+            if constexpr (kBiased) {
+                typedef BiasedCodes<kBf16, kBits> BC;
+                if constexpr (kHighNibbleInPlace) {
+#pragma unroll
+                    for (int w = 0; w < 4; ++w)
+#pragma unroll
+                        for (int mt = 0; mt < kMTiles; ++mt) {
+                            x[w][mt][1] = pmul<false>(x[w][mt][1], 0x2c002c00u);
+                            x[w][mt][3] = pmul<false>(x[w][mt][3], 0x2c002c00u);
+                        }
+                }
+                const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int i = 0; i < kScalesPerChunk; ++i)
+#pragma unroll
+                    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+                        for (int ws = 0; ws < kSlotsPerBlock; ++ws)
+#pragma unroll
+                            for (int p = 0; p < kPairs / 2; ++p) {
+                                const int w = i * kSlotsPerBlock + ws;
+                                if (ws == 0 && p == 0) {
+                                    mma_16816_from<kBf16>(corr[i][mt], BC::kNegBase, BC::kNegZeroLow, BC::kNegBase,
+                                        BC::kNegZeroHigh, x[w][mt][2 * p], x[w][mt][2 * p + 1], zero);
+                                } else {
+                                    mma_16816<kBf16>(corr[i][mt], BC::kNegBase, BC::kNegZeroLow, BC::kNegBase,
+                                        BC::kNegZeroHigh, x[w][mt][2 * p], x[w][mt][2 * p + 1]);
+                                }
+                            }
+                if constexpr (!kHasZp) {
+                    // One zero point for every row: elements 0 and 1 become the starts themselves.
+#pragma unroll
+                    for (int i = 0; i < kScalesPerChunk; ++i)
+#pragma unroll
+                        for (int mt = 0; mt < kMTiles; ++mt) {
+                            corr[i][mt][0] = fmaf((float)kDefaultZp, corr[i][mt][2], corr[i][mt][0]);
+                            corr[i][mt][1] = fmaf((float)kDefaultZp, corr[i][mt][3], corr[i][mt][1]);
+                        }
+                }
+            }
 
 #pragma unroll
             for (int set = 0; set < NSETS; ++set) {
@@ -1150,27 +1265,56 @@ __device__ __forceinline__ void tc_compute(
                     ldmatrix_x4(chunk_address(stage, slot_index(set, j, 1, r), matrix_row), qb);
 #pragma unroll
                     for (int i = 0; i < kScalesPerChunk; ++i) {
-                        const int blk0 = scale_block(step, r, t, 0);
-                        Codes<kBf16, kBits> ca, cb;
-                        ca.set(zero_point_at(f.z[set][j][0][r], blk0, i));
-                        cb.set(zero_point_at(f.z[set][j][1][r], blk0, i));
+                        const u32 za = zero_point_at(f.z[set][j][0][r], blk0, i);
+                        const u32 zb = zero_point_at(f.z[set][j][1][r], blk0, i);
                         float c[kMTiles][4];
+                        // Biased: the block's sum starts at -sum W'(zp) a' of each row half.
+                        float init[kMTiles][4];
+                        Codes<kBf16, kBits> ca, cb;
+                        if constexpr (kBiased) {
 #pragma unroll
-                        for (int mt = 0; mt < kMTiles; ++mt)
+                            for (int mt = 0; mt < kMTiles; ++mt) {
+                                if constexpr (kHasZp) {
+                                    init[mt][0] = fmaf((float)za, corr[i][mt][2], corr[i][mt][0]);
+                                    init[mt][2] = fmaf((float)zb, corr[i][mt][2], corr[i][mt][0]);
+                                    init[mt][1] = kSingleRow ? 0.0f : fmaf((float)za, corr[i][mt][3], corr[i][mt][1]);
+                                    init[mt][3] = kSingleRow ? 0.0f : fmaf((float)zb, corr[i][mt][3], corr[i][mt][1]);
+                                } else {
+                                    init[mt][0] = init[mt][2] = corr[i][mt][0];
+                                    init[mt][1] = init[mt][3] = kSingleRow ? 0.0f : corr[i][mt][1];
+                                }
+                            }
+                        } else {
+                            ca.set(za);
+                            cb.set(zb);
 #pragma unroll
-                            for (int e = 0; e < 4; ++e) c[mt][e] = 0.0f;
+                            for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+                                for (int e = 0; e < 4; ++e) c[mt][e] = 0.0f;
+                        }
 #pragma unroll
                         for (int ws = 0; ws < kSlotsPerBlock; ++ws) {
                             const int w = i * kSlotsPerBlock + ws;
                             u32 wa[kPairs], wb[kPairs];
-                            ca.word(qa[w], wa);
-                            cb.word(qb[w], wb);
+                            if constexpr (kBiased) {
+                                BiasedCodes<kBf16, kBits>::word(qa[w], wa);
+                                BiasedCodes<kBf16, kBits>::word(qb[w], wb);
+                            } else {
+                                ca.word(qa[w], wa);
+                                cb.word(qb[w], wb);
+                            }
 #pragma unroll
                             for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-                                for (int p = 0; p < kPairs / 2; ++p)
-                                    mma_16816<kBf16>(c[mt], wa[2 * p], wb[2 * p], wa[2 * p + 1], wb[2 * p + 1],
-                                        x[w][mt][2 * p], x[w][mt][2 * p + 1]);
+                                for (int p = 0; p < kPairs / 2; ++p) {
+                                    if (kBiased && ws == 0 && p == 0) {
+                                        mma_16816_from<kBf16>(c[mt], wa[0], wb[0], wa[1], wb[1], x[w][mt][0],
+                                            x[w][mt][1], init[mt]);
+                                    } else {
+                                        mma_16816<kBf16>(c[mt], wa[2 * p], wb[2 * p], wa[2 * p + 1], wb[2 * p + 1],
+                                            x[w][mt][2 * p], x[w][mt][2 * p + 1]);
+                                    }
+                                }
                         }
                         const float sa = scale_float(f.s[set][j][0][r], i);
                         const float sb = scale_float(f.s[set][j][1][r], i);

@@ -59,8 +59,8 @@ struct MatMulNBitsConfig {
 // decode GEMVs (ONNX_GENAI_DOWN_COLS and ONNX_GENAI_ACC4_WARPS are accepted
 // as aliases), NBITS_PREFILL_SPLIT_K (1..8), NBITS_PREFILL_WGMMA_TILE_N
 // (128|256) and NBITS_PREFILL_WGMMA_MIN_M (17..65) for Fastest's fused
-// prefill GEMM, NBITS_DECODE_PREFETCH_MIB (0..64) for its overlapped decode
-// kernels. Other values are ignored.
+// prefill GEMM, NBITS_DECODE_PREFETCH_MIB (0..64) and NBITS_DECODE_STAGES
+// (2..4) for its decode kernels. Other values are ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
 inline constexpr const char* kDownColumnsAliasEnv = "ONNX_GENAI_DOWN_COLS";
@@ -69,6 +69,7 @@ inline constexpr const char* kPrefillSplitKEnv = "NBITS_PREFILL_SPLIT_K";
 inline constexpr const char* kPrefillWgmmaTileNEnv = "NBITS_PREFILL_WGMMA_TILE_N";
 inline constexpr const char* kPrefillWgmmaMinMEnv = "NBITS_PREFILL_WGMMA_MIN_M";
 inline constexpr const char* kDecodePrefetchEnv = "NBITS_DECODE_PREFETCH_MIB";
+inline constexpr const char* kDecodeStagesEnv = "NBITS_DECODE_STAGES";
 
 struct PlanOverrides {
     std::optional<int> down_columns;
@@ -91,19 +92,23 @@ struct PlanOverrides {
     // programmatic dependents (MatMulNBitsOptions::constant_weights), 0..64.
     // Unset: kDecodePrefetchBytes.
     std::optional<int> decode_prefetch_mib;
+    // k steps each warp of the tensor-core decode kernels keeps in its
+    // cp.async ring (2..4). Unset: 2, measured fastest on the H200.
+    std::optional<int> decode_stages;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
     // The same rules over given values (nullopt: unset). DOWN_COLS must be
     // exactly "8", "4" or "2"; the others are unsigned decimals with an
     // optional '+' ("+4" and "04" count): ACC4_WARPS 1, 2, 4 or 8,
     // PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256,
-    // PREFILL_WGMMA_MIN_M 17 to 65, DECODE_PREFETCH_MIB 0 to 64.
+    // PREFILL_WGMMA_MIN_M 17 to 65, DECODE_PREFETCH_MIB 0 to 64, DECODE_STAGES 2 to 4.
     static PlanOverrides parse(const std::optional<std::string>& down_columns,
                                const std::optional<std::string>& accuracy4_warps,
                                const std::optional<std::string>& prefill_split_k = std::nullopt,
                                const std::optional<std::string>& prefill_wgmma_tile_n = std::nullopt,
                                const std::optional<std::string>& prefill_wgmma_min_m = std::nullopt,
-                               const std::optional<std::string>& decode_prefetch_mib = std::nullopt);
+                               const std::optional<std::string>& decode_prefetch_mib = std::nullopt,
+                               const std::optional<std::string>& decode_stages = std::nullopt);
 };
 
 // What the plan may know about the machine, injected so that it stays pure.

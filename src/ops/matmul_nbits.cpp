@@ -217,7 +217,8 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
                                    const std::optional<std::string>& prefill_split_k,
                                    const std::optional<std::string>& prefill_wgmma_tile_n,
                                    const std::optional<std::string>& prefill_wgmma_min_m,
-                                   const std::optional<std::string>& decode_prefetch_mib)
+                                   const std::optional<std::string>& decode_prefetch_mib,
+                                   const std::optional<std::string>& decode_stages)
 {
     PlanOverrides overrides;
     // The original matches the exact strings "8", "4" and "2" (no sign, no padding).
@@ -237,6 +238,7 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
     overrides.prefill_wgmma_min_m =
         accepted(prefill_wgmma_min_m, [](std::uint32_t rows) { return rows >= 17 && rows <= 65; });
     overrides.decode_prefetch_mib = accepted(decode_prefetch_mib, [](std::uint32_t mib) { return mib <= 64; });
+    overrides.decode_stages = accepted(decode_stages, [](std::uint32_t stages) { return stages >= 2 && stages <= 4; });
     return overrides;
 }
 
@@ -249,7 +251,7 @@ PlanOverrides PlanOverrides::from_environment()
     };
     return parse(first(kDownColumnsEnv, kDownColumnsAliasEnv), first(kAccuracy4WarpsEnv, kAccuracy4WarpsAliasEnv),
                  environment(kPrefillSplitKEnv), environment(kPrefillWgmmaTileNEnv), environment(kPrefillWgmmaMinMEnv),
-                 environment(kDecodePrefetchEnv));
+                 environment(kDecodePrefetchEnv), environment(kDecodeStagesEnv));
 }
 
 MatMulNBits::MatMulNBits(std::shared_ptr<CudaRuntime> runtime, const NodeAttributes& attributes,

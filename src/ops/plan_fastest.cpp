@@ -641,6 +641,7 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
 // min_blocks CTAs walks the column groups (16 x tiles columns each), and each
 // warp keeps kDecodeStages k steps of weights in a cp.async ring.
 struct DecodeGeometry {
+    std::uint32_t stages;
     std::uint32_t warps;
     std::uint32_t min_blocks;
     int tiles;
@@ -654,12 +655,20 @@ struct DecodeGeometry {
 // more than the depth gains once the weights no longer pass through registers.
 constexpr std::uint32_t kDecodeStages = 2;
 
+// The ring's depth: kDecodeStages, or NBITS_DECODE_STAGES (2..4).
+std::uint32_t decode_stages(const FastestRequest& fastest)
+{
+    const std::optional<int> stages = fastest.request.context.overrides.decode_stages;
+    return stages ? static_cast<std::uint32_t>(*stages) : kDecodeStages;
+}
+
 // Dynamic shared memory of nbits_decode_*: the layout of TcShared in
 // matmul_decode.cu (stages, then the cross-warp partial sums and the RMS
 // squares, each double-buffered).
-std::uint32_t decode_shared_bytes(std::uint32_t warps, int tiles, int chunks, int m_tiles, int sets, bool rms)
+std::uint32_t decode_shared_bytes(std::uint32_t stage_count, std::uint32_t warps, int tiles, int chunks, int m_tiles,
+                                  int sets, bool rms)
 {
-    const std::size_t stages = std::size_t{warps} * kDecodeStages * sets * tiles * chunks * 2 * 512;
+    const std::size_t stages = std::size_t{warps} * stage_count * sets * tiles * chunks * 2 * 512;
     const std::size_t partial = 2 * std::size_t(sets) * tiles * m_tiles * 4 * warps * 32 * 4;
     const std::size_t squares = 2 * (rms ? std::size_t{warps} * 8 * m_tiles : 1) * 4;
     return static_cast<std::uint32_t>((stages + partial + squares + 15) / 16 * 16);
@@ -691,6 +700,7 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     const std::size_t sms = std::max<std::uint32_t>(device.multiprocessor_count, 1);
 
     DecodeGeometry geometry{};
+    geometry.stages = decode_stages(fastest);
     geometry.chunks = fastest.m == 1 && !paired && config.bits == 4 && config.k > config.n ? 2 : 1;
     const std::size_t step = (config.bits == 4 ? 128 : 64) * static_cast<std::size_t>(geometry.chunks);
     const std::size_t steps = div_ceil(config.k, step);
@@ -698,7 +708,7 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     const std::uint32_t base_blocks = 16 / geometry.warps;
     geometry.tiles = !paired && 10 * div_ceil(config.n, 32) >= 9 * sms * base_blocks ? 2 : 1;
     auto shared = [&](int tiles) {
-        return decode_shared_bytes(geometry.warps, tiles, geometry.chunks, m_tiles, sets, rms);
+        return decode_shared_bytes(geometry.stages, geometry.warps, tiles, geometry.chunks, m_tiles, sets, rms);
     };
     auto fits = [&](std::uint32_t blocks, int tiles) {
         return resident_on_sm(device, blocks, shared(tiles));
@@ -716,7 +726,7 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
             "the decode kernel needs {} bytes of shared memory per block for this node, but {} allows at most {}. "
             "Why: each warp keeps {} k steps of weights in flight there. How to fix: use a GPU of compute "
             "capability 8.0 or later, or KernelPolicy::Original",
-            shared(geometry.tiles), device.name, device.max_shared_memory_per_block_optin, kDecodeStages));
+            shared(geometry.tiles), device.name, device.max_shared_memory_per_block_optin, geometry.stages));
     }
     std::uint32_t blocks = base_blocks;
     while (blocks > 1 && !fits(blocks, geometry.tiles)) {
@@ -776,6 +786,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     std::uint32_t shared_bytes = 0;
     int tiles = 1;
     int chunks = 1;
+    std::uint32_t stages = kDecodeStages;
     int cols_per_warp = 1;
     std::size_t max_m = 1;
     bool overlap = false;
@@ -792,6 +803,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         min_blocks = geometry.min_blocks;
         tiles = geometry.tiles;
         chunks = geometry.chunks;
+        stages = geometry.stages;
         grid = geometry.grid;
         shared_bytes = geometry.shared_bytes;
         overlap = fastest.request.context.constant_weights &&
@@ -839,7 +851,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         step.define("NBITS_TILES", tiles)
             .define("NBITS_M_TILES", m <= 8 ? 1 : 2)
             .define("NBITS_SINGLE_ROW", m == 1 ? 1 : 0)
-            .define("NBITS_STAGES", kDecodeStages)
+            .define("NBITS_STAGES", stages)
             .define("NBITS_CHUNKS", chunks)
             .shared_memory(shared_bytes, true);
         if (overlap) {
