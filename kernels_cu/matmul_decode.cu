@@ -105,14 +105,11 @@
 #define NBITS_L2_PREFETCH 128
 #endif
 
-#ifndef NBITS_OVERLAP  // 1: launched as a programmatic dependent of the previous kernel (sm_90+), see tc_run
-#define NBITS_OVERLAP 0
+#ifndef NBITS_PROGRAMMATIC  // 1: launched as a programmatic dependent of the previous kernel (sm_90+), see tc_run
+#define NBITS_PROGRAMMATIC 0
 #endif
-#ifndef NBITS_PREFETCH_ROW_BYTES  // NBITS_OVERLAP: bytes at the start of each first-group row prefetched into L2
-#define NBITS_PREFETCH_ROW_BYTES 0
-#endif
-#if NBITS_OVERLAP && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#error "NBITS_OVERLAP needs griddepcontrol (compute capability 9.0 and newer)"
+#if NBITS_PROGRAMMATIC && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "NBITS_PROGRAMMATIC needs griddepcontrol (compute capability 9.0 and newer)"
 #endif
 
 #if NBITS_L2_PREFETCH == 64
@@ -714,22 +711,6 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], u32 a0, u32 a1, u32 a2,
     }
 }
 
-// d = a b + c with c in registers of its own (no copy into the accumulator).
-template <bool BF16>
-__device__ __forceinline__ void mma_16816_from(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1,
-                                               const float (&c)[4])
-{
-    if constexpr (BF16) {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
-            : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-    } else {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
-            : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-    }
-}
-
 // Exact mode: the mma multiplies (q - zp), exact in T, and each 16 x 16 mma
 // lies inside one quantisation block, so the scale is applied to the fp32
 // result; the weights are never rounded. For that the four chunks of a quad
@@ -752,56 +733,6 @@ static_assert(kSteps >= kWarps, "every warp needs a k step: NBITS_WARPS <= ceil(
 #endif
 constexpr int kStages = NBITS_STAGES;
 static_assert(kStages >= 2 && kStages <= 8, "NBITS_STAGES is 2..8");
-
-// Biased codes (exact mode, every layout but bf16 int8): the pairs of Codes
-// without the subtraction, W' = q + bias (fp16 int4: 1024 + q for a low
-// nibble, 1024 + 16 q for a high one, left in place; bf16 int4: 128 + q;
-// fp16 int8: 1024 + q), all exact in T. The mma then computes sum W' a', with
-// the activations of high-nibble pairs divided by 16 (exact: a power of two),
-// and starts from -sum W'(zp) a', which one more mma per block derives from
-// the activations alone (BiasedCorrection), so the weights cost no
-// subtraction.
-constexpr bool kBiased = kExact && !(kBf16 && kBits == 8);
-constexpr bool kHighNibbleInPlace = kBiased && !kBf16 && kBits == 4;
-
-template <bool BF16, int BITS>
-struct BiasedCodes;
-
-template <>
-struct BiasedCodes<false, 4> {
-    // -W'(0) for every pair; -(W'(zp) - W'(0)) / zp: 1 for low nibbles (a0, a1 of an mma), 16 for high ones.
-    static constexpr u32 kNegBase = 0xe400e400u, kNegZeroLow = 0xbc00bc00u, kNegZeroHigh = 0xcc00cc00u;
-    static __device__ __forceinline__ void word(u32 q, u32 (&w)[4])
-    {
-        const u32 q8 = q >> 8;
-        w[0] = lop_and_or(q, 0x000f000fu, 0x64006400u);
-        w[1] = lop_and_or(q, 0x00f000f0u, 0x64006400u);
-        w[2] = lop_and_or(q8, 0x000f000fu, 0x64006400u);
-        w[3] = lop_and_or(q8, 0x00f000f0u, 0x64006400u);
-    }
-};
-
-template <>
-struct BiasedCodes<true, 4> {
-    static constexpr u32 kNegBase = 0xc300c300u, kNegZeroLow = 0xbf80bf80u, kNegZeroHigh = 0xbf80bf80u;
-    static __device__ __forceinline__ void word(u32 q, u32 (&w)[4])
-    {
-        w[0] = lop_and_or(q, 0x000f000fu, 0x43004300u);
-        w[1] = lop_and_or(q >> 4, 0x000f000fu, 0x43004300u);
-        w[2] = lop_and_or(q >> 8, 0x000f000fu, 0x43004300u);
-        w[3] = lop_and_or(q >> 12, 0x000f000fu, 0x43004300u);
-    }
-};
-
-template <>
-struct BiasedCodes<false, 8> {
-    static constexpr u32 kNegBase = 0xe400e400u, kNegZeroLow = 0xbc00bc00u, kNegZeroHigh = 0xbc00bc00u;
-    static __device__ __forceinline__ void word(u32 q, u32 (&w)[2])
-    {
-        w[0] = __byte_perm(q, 0x64646464u, 0x4140);
-        w[1] = __byte_perm(q, 0x64646464u, 0x4342);
-    }
-};
 
 // A row's scales of one chunk index are consecutive blocks blk0 .. blk0 +
 // kScalesPerChunk - 1 with blk0 a multiple of kScalesPerChunk; when every
@@ -1201,55 +1132,6 @@ __device__ __forceinline__ void tc_compute(
             const int kc = step * kStepCodes + 4 * r * kChunkCodes + t * kWordCodes;
 #pragma unroll
             for (int w = 0; w < 4; ++w) load_b_word<TAIL>(act, kc + w * kChunkCodes, ss, x[w]);
-            const int blk0 = scale_block(step, r, t, 0);
-
-            // Biased codes: the high-nibble activations divided by 16, and per
-            // block and batch row -sum W'(0) a' (elements 0, 1) and -sum (W'(zp) -
-            // W'(0)) a' / zp (elements 2, 3), from one mma whose weight rows are
-            // those constants (rows 0-7 and 8-15 alike, so every lane gets its
-            // batch rows' sums). The k slots of an mma's a0/a1 registers hold
-            // even pairs (low nibbles), those of a2/a3 odd pairs.
-            float corr[kScalesPerChunk][kMTiles][4];
-            if constexpr (kBiased) {
-                typedef BiasedCodes<kBf16, kBits> BC;
-                if constexpr (kHighNibbleInPlace) {
-#pragma unroll
-                    for (int w = 0; w < 4; ++w)
-#pragma unroll
-                        for (int mt = 0; mt < kMTiles; ++mt) {
-                            x[w][mt][1] = pmul<false>(x[w][mt][1], 0x2c002c00u);
-                            x[w][mt][3] = pmul<false>(x[w][mt][3], 0x2c002c00u);
-                        }
-                }
-                const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                for (int i = 0; i < kScalesPerChunk; ++i)
-#pragma unroll
-                    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-                        for (int ws = 0; ws < kSlotsPerBlock; ++ws)
-#pragma unroll
-                            for (int p = 0; p < kPairs / 2; ++p) {
-                                const int w = i * kSlotsPerBlock + ws;
-                                if (ws == 0 && p == 0) {
-                                    mma_16816_from<kBf16>(corr[i][mt], BC::kNegBase, BC::kNegZeroLow, BC::kNegBase,
-                                        BC::kNegZeroHigh, x[w][mt][2 * p], x[w][mt][2 * p + 1], zero);
-                                } else {
-                                    mma_16816<kBf16>(corr[i][mt], BC::kNegBase, BC::kNegZeroLow, BC::kNegBase,
-                                        BC::kNegZeroHigh, x[w][mt][2 * p], x[w][mt][2 * p + 1]);
-                                }
-                            }
-                if constexpr (!kHasZp) {
-                    // One zero point for every row: elements 0 and 1 become the starts themselves.
-#pragma unroll
-                    for (int i = 0; i < kScalesPerChunk; ++i)
-#pragma unroll
-                        for (int mt = 0; mt < kMTiles; ++mt) {
-                            corr[i][mt][0] = fmaf((float)kDefaultZp, corr[i][mt][2], corr[i][mt][0]);
-                            corr[i][mt][1] = fmaf((float)kDefaultZp, corr[i][mt][3], corr[i][mt][1]);
-                        }
-                }
-            }
 
 #pragma unroll
             for (int set = 0; set < NSETS; ++set) {
@@ -1265,56 +1147,27 @@ __device__ __forceinline__ void tc_compute(
                     ldmatrix_x4(chunk_address(stage, slot_index(set, j, 1, r), matrix_row), qb);
 #pragma unroll
                     for (int i = 0; i < kScalesPerChunk; ++i) {
-                        const u32 za = zero_point_at(f.z[set][j][0][r], blk0, i);
-                        const u32 zb = zero_point_at(f.z[set][j][1][r], blk0, i);
-                        float c[kMTiles][4];
-                        // Biased: the block's sum starts at -sum W'(zp) a' of each row half.
-                        float init[kMTiles][4];
+                        const int blk0 = scale_block(step, r, t, 0);
                         Codes<kBf16, kBits> ca, cb;
-                        if constexpr (kBiased) {
+                        ca.set(zero_point_at(f.z[set][j][0][r], blk0, i));
+                        cb.set(zero_point_at(f.z[set][j][1][r], blk0, i));
+                        float c[kMTiles][4];
 #pragma unroll
-                            for (int mt = 0; mt < kMTiles; ++mt) {
-                                if constexpr (kHasZp) {
-                                    init[mt][0] = fmaf((float)za, corr[i][mt][2], corr[i][mt][0]);
-                                    init[mt][2] = fmaf((float)zb, corr[i][mt][2], corr[i][mt][0]);
-                                    init[mt][1] = kSingleRow ? 0.0f : fmaf((float)za, corr[i][mt][3], corr[i][mt][1]);
-                                    init[mt][3] = kSingleRow ? 0.0f : fmaf((float)zb, corr[i][mt][3], corr[i][mt][1]);
-                                } else {
-                                    init[mt][0] = init[mt][2] = corr[i][mt][0];
-                                    init[mt][1] = init[mt][3] = kSingleRow ? 0.0f : corr[i][mt][1];
-                                }
-                            }
-                        } else {
-                            ca.set(za);
-                            cb.set(zb);
+                        for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-                            for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-                                for (int e = 0; e < 4; ++e) c[mt][e] = 0.0f;
-                        }
+                            for (int e = 0; e < 4; ++e) c[mt][e] = 0.0f;
 #pragma unroll
                         for (int ws = 0; ws < kSlotsPerBlock; ++ws) {
                             const int w = i * kSlotsPerBlock + ws;
                             u32 wa[kPairs], wb[kPairs];
-                            if constexpr (kBiased) {
-                                BiasedCodes<kBf16, kBits>::word(qa[w], wa);
-                                BiasedCodes<kBf16, kBits>::word(qb[w], wb);
-                            } else {
-                                ca.word(qa[w], wa);
-                                cb.word(qb[w], wb);
-                            }
+                            ca.word(qa[w], wa);
+                            cb.word(qb[w], wb);
 #pragma unroll
                             for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-                                for (int p = 0; p < kPairs / 2; ++p) {
-                                    if (kBiased && ws == 0 && p == 0) {
-                                        mma_16816_from<kBf16>(c[mt], wa[0], wb[0], wa[1], wb[1], x[w][mt][0],
-                                            x[w][mt][1], init[mt]);
-                                    } else {
-                                        mma_16816<kBf16>(c[mt], wa[2 * p], wb[2 * p], wa[2 * p + 1], wb[2 * p + 1],
-                                            x[w][mt][2 * p], x[w][mt][2 * p + 1]);
-                                    }
-                                }
+                                for (int p = 0; p < kPairs / 2; ++p)
+                                    mma_16816<kBf16>(c[mt], wa[2 * p], wb[2 * p], wa[2 * p + 1], wb[2 * p + 1],
+                                        x[w][mt][2 * p], x[w][mt][2 * p + 1]);
                         }
                         const float sa = scale_float(f.s[set][j][0][r], i);
                         const float sb = scale_float(f.s[set][j][1][r], i);
@@ -1448,19 +1301,6 @@ __device__ __forceinline__ void tc_finish(
     }
 }
 
-// The first `prefix` bytes of `rows` rows of `row_bytes` each, from base,
-// into L2 (whole lines; the CTA's threads share the lines).
-__device__ __forceinline__ void prefetch_row_prefixes(const void* base, long long row_bytes, int rows, int prefix)
-{
-    const int lines = (prefix + 127) / 128;
-    for (int i = (int)threadIdx.x; i < rows * lines; i += kThreads) {
-        const int row = i / lines;
-        const int offset = min((i - row * lines) * 128, prefix - 1);
-        const char* p = static_cast<const char*>(base) + row * row_bytes + offset;
-        asm volatile("prefetch.global.L2 [%0];" : : "l"(p));
-    }
-}
-
 // The whole kernel body. CTA c takes column groups c, c + gridDim.x, ...
 // (kCtaCols columns each); warp w takes k steps w, w + warps, ... of each
 // group. The steps of all its groups form one sequence per warp, pipelined
@@ -1493,26 +1333,13 @@ __device__ __forceinline__ void tc_run(
         __trap();
     }
 
-#if NBITS_OVERLAP
-    // A programmatic dependent: until griddepcontrol.wait the kernel before
-    // this one on the stream may still run, so only B and the scales, which
-    // no kernel writes (MatMulNBitsOptions::constant_weights), are touched
-    // before it; A, gamma and Y after. The kernel after this one may launch
-    // its CTAs as soon as every CTA here has started.
+#if NBITS_PROGRAMMATIC
+    // A programmatic dependent: the kernel before this one on the stream
+    // may still run until griddepcontrol.wait, so nothing it writes is read
+    // and nothing is written before. The kernel after this one may launch
+    // its CTAs as soon as every CTA here has started: they take SMs as the
+    // CTAs here finish, instead of after the last one and a launch gap.
     asm volatile("griddepcontrol.launch_dependents;" : : : "memory");
-    if (NBITS_PREFETCH_ROW_BYTES > 0 && my_groups > 0) {
-        const int n0 = (int)blockIdx.x * kCtaCols;
-        const int rows = min(kCtaCols, n - n0);
-        constexpr long long kScaleRowBytes = (long long)kKBlocks * sizeof(scale_raw_t);
-        constexpr int kScalePrefix =
-            (int)(((long long)NBITS_PREFETCH_ROW_BYTES * kScaleRowBytes + kRowBytes - 1) / kRowBytes);
-#pragma unroll
-        for (int set = 0; set < NSETS; ++set) {
-            prefetch_row_prefixes(b[set] + (long long)n0 * kRowBytes, kRowBytes, rows, NBITS_PREFETCH_ROW_BYTES);
-            prefetch_row_prefixes(static_cast<const char*>(scales[set]) + n0 * kScaleRowBytes, kScaleRowBytes, rows,
-                                  kScalePrefix);
-        }
-    }
     asm volatile("griddepcontrol.wait;" : : : "memory");
 #endif
 

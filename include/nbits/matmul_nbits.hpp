@@ -59,8 +59,8 @@ struct MatMulNBitsConfig {
 // decode GEMVs (ONNX_GENAI_DOWN_COLS and ONNX_GENAI_ACC4_WARPS are accepted
 // as aliases), NBITS_PREFILL_SPLIT_K (1..8), NBITS_PREFILL_WGMMA_TILE_N
 // (128|256) and NBITS_PREFILL_WGMMA_MIN_M (17..65) for Fastest's fused
-// prefill GEMM, NBITS_DECODE_PREFETCH_MIB (0..64) and NBITS_DECODE_STAGES
-// (2..4) for its decode kernels. Other values are ignored.
+// prefill GEMM, NBITS_DECODE_PDL (0|1) and NBITS_DECODE_STAGES (2..4) for its
+// decode kernels. Other values are ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
 inline constexpr const char* kDownColumnsAliasEnv = "ONNX_GENAI_DOWN_COLS";
@@ -68,7 +68,7 @@ inline constexpr const char* kAccuracy4WarpsAliasEnv = "ONNX_GENAI_ACC4_WARPS";
 inline constexpr const char* kPrefillSplitKEnv = "NBITS_PREFILL_SPLIT_K";
 inline constexpr const char* kPrefillWgmmaTileNEnv = "NBITS_PREFILL_WGMMA_TILE_N";
 inline constexpr const char* kPrefillWgmmaMinMEnv = "NBITS_PREFILL_WGMMA_MIN_M";
-inline constexpr const char* kDecodePrefetchEnv = "NBITS_DECODE_PREFETCH_MIB";
+inline constexpr const char* kDecodeProgrammaticEnv = "NBITS_DECODE_PDL";
 inline constexpr const char* kDecodeStagesEnv = "NBITS_DECODE_STAGES";
 
 struct PlanOverrides {
@@ -87,11 +87,10 @@ struct PlanOverrides {
     // runs tiles of 64 tokens (wgmma m64n64k16), 65 keeps it above that.
     // Unset: 33, from where it measured faster than the mma.sync GEMM.
     std::optional<int> prefill_wgmma_min_m;
-    // MiB of weights the decode kernels prefetch into L2 (all CTAs together)
-    // before they wait for the previous kernel, when they launch as its
-    // programmatic dependents (MatMulNBitsOptions::constant_weights), 0..64.
-    // Unset: kDecodePrefetchBytes.
-    std::optional<int> decode_prefetch_mib;
+    // 0: the tensor-core decode kernels launch as plain stream successors; 1
+    // (and unset): on compute capability 9.0 and newer as programmatic
+    // dependents of the kernel before them (programmatic dependent launch).
+    std::optional<int> decode_programmatic;
     // k steps each warp of the tensor-core decode kernels keeps in its
     // cp.async ring (2..4). Unset: 2, measured fastest on the H200.
     std::optional<int> decode_stages;
@@ -101,13 +100,13 @@ struct PlanOverrides {
     // exactly "8", "4" or "2"; the others are unsigned decimals with an
     // optional '+' ("+4" and "04" count): ACC4_WARPS 1, 2, 4 or 8,
     // PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256,
-    // PREFILL_WGMMA_MIN_M 17 to 65, DECODE_PREFETCH_MIB 0 to 64, DECODE_STAGES 2 to 4.
+    // PREFILL_WGMMA_MIN_M 17 to 65, DECODE_PDL 0 or 1, DECODE_STAGES 2 to 4.
     static PlanOverrides parse(const std::optional<std::string>& down_columns,
                                const std::optional<std::string>& accuracy4_warps,
                                const std::optional<std::string>& prefill_split_k = std::nullopt,
                                const std::optional<std::string>& prefill_wgmma_tile_n = std::nullopt,
                                const std::optional<std::string>& prefill_wgmma_min_m = std::nullopt,
-                               const std::optional<std::string>& decode_prefetch_mib = std::nullopt,
+                               const std::optional<std::string>& decode_programmatic = std::nullopt,
                                const std::optional<std::string>& decode_stages = std::nullopt);
 };
 
@@ -116,8 +115,6 @@ struct PlanContext {
     Capabilities capabilities;
     PlanOverrides overrides;
     KernelPolicy policy = KernelPolicy::Original;
-    // MatMulNBitsOptions::constant_weights.
-    bool constant_weights = false;
     // Reads g_idx (input 4) from the device for its range check; called only
     // when a g_idx tensor is present (f32 activations). Without one, such a
     // plan fails with a message saying how to supply the data.

@@ -66,15 +66,6 @@ std::optional<KernelPolicy> parse_kernel_policy(std::string_view text);
 
 struct MatMulNBitsOptions {
     KernelPolicy policy = KernelPolicy::Original;
-    // A promise that B, the scales and the zero points hold their values for
-    // the operator's lifetime (ONNX initializers do) and that no kernel on
-    // the run's stream writes them. Under KernelPolicy::Fastest on compute
-    // capability 9.0 and newer the decode kernels then launch as programmatic
-    // dependents of the kernel before them (CUDA programmatic dependent
-    // launch): their CTAs start while that kernel's last CTAs still run,
-    // stream the first weights into L2, and wait for it before they read A or
-    // write Y. Breaking the promise races the weight reads against the writer.
-    bool constant_weights = false;
 };
 
 // Per call: where the work is ordered and where its scratch comes from.

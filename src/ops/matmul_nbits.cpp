@@ -217,7 +217,7 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
                                    const std::optional<std::string>& prefill_split_k,
                                    const std::optional<std::string>& prefill_wgmma_tile_n,
                                    const std::optional<std::string>& prefill_wgmma_min_m,
-                                   const std::optional<std::string>& decode_prefetch_mib,
+                                   const std::optional<std::string>& decode_programmatic,
                                    const std::optional<std::string>& decode_stages)
 {
     PlanOverrides overrides;
@@ -237,7 +237,7 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
         accepted(prefill_wgmma_tile_n, [](std::uint32_t rows) { return rows == 128 || rows == 256; });
     overrides.prefill_wgmma_min_m =
         accepted(prefill_wgmma_min_m, [](std::uint32_t rows) { return rows >= 17 && rows <= 65; });
-    overrides.decode_prefetch_mib = accepted(decode_prefetch_mib, [](std::uint32_t mib) { return mib <= 64; });
+    overrides.decode_programmatic = accepted(decode_programmatic, [](std::uint32_t on) { return on <= 1; });
     overrides.decode_stages = accepted(decode_stages, [](std::uint32_t stages) { return stages >= 2 && stages <= 4; });
     return overrides;
 }
@@ -251,7 +251,7 @@ PlanOverrides PlanOverrides::from_environment()
     };
     return parse(first(kDownColumnsEnv, kDownColumnsAliasEnv), first(kAccuracy4WarpsEnv, kAccuracy4WarpsAliasEnv),
                  environment(kPrefillSplitKEnv), environment(kPrefillWgmmaTileNEnv), environment(kPrefillWgmmaMinMEnv),
-                 environment(kDecodePrefetchEnv), environment(kDecodeStagesEnv));
+                 environment(kDecodeProgrammaticEnv), environment(kDecodeStagesEnv));
 }
 
 MatMulNBits::MatMulNBits(std::shared_ptr<CudaRuntime> runtime, const NodeAttributes& attributes,
@@ -278,7 +278,6 @@ PlanContext MatMulNBits::context(const std::vector<Tensor>* tensors, CUstream st
     context.capabilities = runtime_->capabilities();
     context.overrides = overrides_;
     context.policy = options_.policy;
-    context.constant_weights = options_.constant_weights;
     if (tensors != nullptr && tensors->size() > kGroupIndexSlot) {
         CudaRuntime* runtime = runtime_.get();
         const CUdeviceptr data = (*tensors)[kGroupIndexSlot].data;

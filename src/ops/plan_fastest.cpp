@@ -744,27 +744,17 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     return geometry;
 }
 
-// With MatMulNBitsOptions::constant_weights on compute capability 9.0 and
-// newer, the tensor-core decode kernels launch as programmatic dependents: a
-// CTA starts on an SM as soon as the previous kernel's CTAs there are done,
-// prefetches the start of its first column group's weight and scale rows
-// into L2, then waits for that kernel before it reads A. The prefetch over
-// the whole grid stays below kDecodePrefetchBytes, a fraction of the H200's
-// 50 MiB L2 so that it outlives the previous kernel's streaming.
-constexpr std::size_t kDecodePrefetchBytes = std::size_t{16} << 20;
-
-// Bytes at the start of each weight row a CTA prefetches before it waits:
-// the prefetch budget over the grid's first column groups, whole 128-byte
-// lines, the whole row when it fits (0: none).
-std::size_t decode_prefetch_row_bytes(const FastestRequest& fastest, const DecodeGeometry& geometry, int sets)
+// On compute capability 9.0 and newer the tensor-core decode kernels launch
+// as programmatic dependents of the kernel before them (NBITS_DECODE_PDL=0
+// turns it off): their CTAs take the SMs that kernel's CTAs leave and wait
+// for it (griddepcontrol.wait) before they touch memory, instead of starting
+// after its last CTA and a launch gap. Measured on the H200 (M = 1, graph
+// replays): Llama-3-8B qkv 8.35 -> 7.53 us, down 15.62 -> 14.67, Llama-3-70B
+// down 45.35 -> 44.52, lm_head 85.10 -> 84.34.
+bool decode_programmatic(const FastestRequest& fastest)
 {
-    const MatMulNBitsConfig& config = fastest.request.config;
-    const std::optional<int> mib = fastest.request.context.overrides.decode_prefetch_mib;
-    const std::size_t budget = mib ? std::size_t(*mib) << 20 : kDecodePrefetchBytes;
-    const std::size_t row_bytes = config.k_blocks() * config.blob_size();
-    const std::size_t rows = std::size_t{geometry.grid} * 16 * geometry.tiles * sets;
-    const std::size_t per_row = budget / rows;
-    return per_row >= row_bytes ? row_bytes : per_row / 128 * 128;
+    const PlanContext& context = fastest.request.context;
+    return context.overrides.decode_programmatic.value_or(1) == 1 && context.capabilities.compute_major >= 9;
 }
 
 // M <= 16: matmul_decode.cu, one pass over the weights for all rows, with the
@@ -789,8 +779,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     std::uint32_t stages = kDecodeStages;
     int cols_per_warp = 1;
     std::size_t max_m = 1;
-    bool overlap = false;
-    std::size_t prefetch_row_bytes = 0;
+    bool programmatic = false;
     if (f32) {
         while (max_m < m) {
             max_m *= 2;
@@ -806,11 +795,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         stages = geometry.stages;
         grid = geometry.grid;
         shared_bytes = geometry.shared_bytes;
-        overlap = fastest.request.context.constant_weights &&
-                  fastest.request.context.capabilities.compute_major >= 9;
-        if (overlap) {
-            prefetch_row_bytes = decode_prefetch_row_bytes(fastest, geometry, paired ? 2 : 1);
-        }
+        programmatic = decode_programmatic(fastest);
     }
     const char* entry = paired ? "nbits_decode_gate_up" : "nbits_decode_matmul";
     StepBuilder step(entry, paired ? "nbits decode gate/up SwiGLU GEMV" : "nbits decode GEMV");
@@ -854,26 +839,20 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
             .define("NBITS_STAGES", stages)
             .define("NBITS_CHUNKS", chunks)
             .shared_memory(shared_bytes, true);
-        if (overlap) {
-            step.define("NBITS_OVERLAP", 1)
-                .define("NBITS_PREFETCH_ROW_BYTES", static_cast<std::int64_t>(prefetch_row_bytes))
-                .programmatic_dependent(true);
+        if (programmatic) {
+            step.define("NBITS_PROGRAMMATIC", 1).programmatic_dependent(true);
         }
     }
     step.grid(grid).block(32 * warps).add_to(plan, fastest.request);
     set_variant(plan, paired ? "nbits_decode_gate_up" : "nbits_decode",
-                [m, warps, grid, tiles, f32, overlap, prefetch_row_bytes, normalized = fastest.gamma != nullptr] {
+                [m, warps, grid, tiles, f32, programmatic, normalized = fastest.gamma != nullptr] {
                     return fmt::format("M={} decode{}: one pass over the weights for every row on {} ({} warps split "
                                        "K, {} CTAs over {}-column groups), specialised on K, bits, block size and "
                                        "zero points{}",
                                        m, normalized ? " with the RMS norm fused" : "",
                                        f32 ? "CUDA cores" : "tensor cores with exact codes and fp32 block scales",
                                        warps, grid, 16 * tiles,
-                                       overlap ? fmt::format("; constant weights: launched as a programmatic "
-                                                             "dependent, {} bytes of each first weight row "
-                                                             "prefetched into L2 before the wait",
-                                                             prefetch_row_bytes)
-                                               : std::string());
+                                       programmatic ? "; a programmatic dependent of the kernel before it" : "");
                 });
     record_bias_stage(plan, o.has_bias(), config.fold_bias_post_round);
     return true;

@@ -306,7 +306,10 @@ void CudaRuntime::Internals::launch(CUfunction function, const LaunchConfig& con
 {
     ScopedContext scope(*this);
     CUresult result = CUDA_SUCCESS;
-    if (config.programmatic_dependent) {
+    // Drivers before CUDA 12.3 cannot capture programmatic launches into a
+    // graph; there the kernel's griddepcontrol.wait meets a plain stream
+    // dependency and returns at once.
+    if (config.programmatic_dependent && cuda::driver().version >= 12030) {
         CUlaunchAttribute attribute{};
         attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attribute.value.programmaticStreamSerializationAllowed = 1;

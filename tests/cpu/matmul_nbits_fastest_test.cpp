@@ -608,49 +608,56 @@ TEST_CASE("Fastest keeps the original's int4 down-projection GEMV only where the
     CHECK(entries(fastest(node(4864, 896), rows(2)).plan()) == std::vector<std::string>{"nbits_decode_matmul"});
 }
 
-TEST_CASE("Fastest decode with constant weights launches as a programmatic dependent on sm_90, prefetching into L2")
+TEST_CASE("Fastest decode on sm_90 launches as a programmatic dependent of the kernel before it (NBITS_DECODE_PDL)")
 {
-    auto constant = [](test::Problem p) {
-        p.context.constant_weights = true;
-        return p;
-    };
-    // lm_head: 264 CTAs x 32 rows of 2048 bytes = 17.3 MB, past the 16 MiB budget: 1920 bytes (15 lines) a row.
-    const KernelStep lm_head = test::kernel_step(constant(fastest(node(4096, 128256), rows(1))).plan(), 0);
+    const KernelStep lm_head = test::kernel_step(fastest(node(4096, 128256), rows(1)).plan(), 0);
     CHECK(lm_head.config.programmatic_dependent);
-    CHECK(defines(lm_head, "NBITS_OVERLAP=1"));
-    CHECK(defines(lm_head, "NBITS_PREFETCH_ROW_BYTES=1920"));
-    // Llama-3-8B qkv: 384 CTAs x 16 rows of 2048 bytes (12.6 MB) fit the budget: whole rows.
-    CHECK(defines(test::kernel_step(constant(fastest(node(4096, 6144), rows(1))).plan(), 0),
-                  "NBITS_PREFETCH_ROW_BYTES=2048"));
-    // The paired node counts both weight sets: 264 CTAs x 16 rows x 2 sets of 2048 bytes = 17.3 MB.
-    const KernelStep paired = test::kernel_step(
-        constant(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(16))).plan(), 0);
+    CHECK(defines(lm_head, "NBITS_PROGRAMMATIC=1"));
+    const KernelStep paired =
+        test::kernel_step(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(16)).plan(), 0);
     CHECK(paired.config.programmatic_dependent);
-    CHECK(defines(paired, "NBITS_PREFETCH_ROW_BYTES=1920"));
-    // NBITS_DECODE_PREFETCH_MIB=0: programmatic dependents without the prefetch.
-    test::Problem none = constant(fastest(node(4096, 128256), rows(1)));
-    none.context.overrides = PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                                                  std::nullopt, std::string("0"));
-    CHECK(defines(test::kernel_step(none.plan(), 0), "NBITS_PREFETCH_ROW_BYTES=0"));
-    CHECK(test::kernel_step(none.plan(), 0).config.programmatic_dependent);
-    // Not without the promise, not before sm_90 (no griddepcontrol), not on CUDA cores, not for prefill.
-    const KernelStep plain = test::kernel_step(fastest(node(4096, 128256), rows(1)).plan(), 0);
-    CHECK_FALSE(plain.config.programmatic_dependent);
-    CHECK_FALSE(defines(plain, "NBITS_OVERLAP=1"));
-    CHECK_FALSE(test::kernel_step(constant(fastest(node(4096, 128256), rows(1), Capabilities::a100())).plan(), 0)
+    CHECK(fastest(node(4096, 128256), rows(1)).plan().describe().find("programmatic dependent launch") !=
+          std::string::npos);
+    // NBITS_DECODE_PDL=0 turns it off; other values are ignored.
+    test::Problem off = fastest(node(4096, 128256), rows(1));
+    auto decode_pdl = [](const char* value) {
+        return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                    std::string(value));
+    };
+    off.context.overrides = decode_pdl("0");
+    CHECK_FALSE(test::kernel_step(off.plan(), 0).config.programmatic_dependent);
+    CHECK_FALSE(defines(test::kernel_step(off.plan(), 0), "NBITS_PROGRAMMATIC=1"));
+    CHECK(decode_pdl("1").decode_programmatic == 1);
+    CHECK_FALSE(decode_pdl("2").decode_programmatic.has_value());
+    CHECK_FALSE(decode_pdl("on").decode_programmatic.has_value());
+    // Not before sm_90 (no griddepcontrol), not on CUDA cores, not for prefill, not under the original policy.
+    CHECK_FALSE(test::kernel_step(fastest(node(4096, 128256), rows(1), Capabilities::a100()).plan(), 0)
                     .config.programmatic_dependent);
-    CHECK_FALSE(test::kernel_step(constant(fastest(node(4096, 4096), rows(1, DataType::Float32))).plan(), 0)
+    CHECK_FALSE(test::kernel_step(fastest(node(4096, 4096), rows(1, DataType::Float32)).plan(), 0)
                     .config.programmatic_dependent);
-    for (const PlanStep& step : constant(fastest(node(4096, 14336), rows(64))).plan().steps) {
+    for (const PlanStep& step : fastest(node(4096, 14336), rows(64)).plan().steps) {
         if (const auto* kernel = std::get_if<KernelStep>(&step)) {
             CHECK_FALSE(kernel->config.programmatic_dependent);
         }
     }
-    // Under the original policy the promise changes nothing.
-    test::Problem original = constant(fastest(node(4096, 128256), rows(1)));
+    test::Problem original = fastest(node(4096, 128256), rows(1));
     original.context.policy = KernelPolicy::Original;
     CHECK_FALSE(test::kernel_step(original.plan(), 0).config.programmatic_dependent);
-    // nbits-plan shows it.
-    CHECK(constant(fastest(node(4096, 128256), rows(1))).plan().describe().find("programmatic dependent launch") !=
-          std::string::npos);
+}
+
+TEST_CASE("Fastest decode's ring depth follows NBITS_DECODE_STAGES (2..4)")
+{
+    auto stages = [](const char* value) {
+        return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                    std::nullopt, std::string(value));
+    };
+    test::Problem deep = fastest(node(14336, 4096), rows(1));
+    deep.context.overrides = stages("4");
+    const KernelStep down = test::kernel_step(deep.plan(), 0);
+    CHECK(defines(down, "NBITS_STAGES=4"));
+    // 8 warps x 4 stages x 1 tile x 2 chunks x 2 row halves x 512 bytes, plus the partial sums.
+    CHECK(down.config.dynamic_shared_bytes == 8 * 4 * 2 * 2 * 512 + 2 * 4 * 8 * 32 * 4 + 16);
+    CHECK_FALSE(stages("5").decode_stages.has_value());
+    CHECK_FALSE(stages("1").decode_stages.has_value());
+    CHECK(stages("3").decode_stages == 3);
 }

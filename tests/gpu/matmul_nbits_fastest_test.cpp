@@ -256,10 +256,10 @@ FastestNode make_node(const FastestCase& c, std::uint64_t seed, const std::vecto
     return node;
 }
 
-std::unique_ptr<ops::MatMulNBits> fastest_operator(const FastestNode& node, bool constant_weights = false)
+std::unique_ptr<ops::MatMulNBits> fastest_operator(const FastestNode& node)
 {
     return std::make_unique<ops::MatMulNBits>(matmul_gpu_shared(), node.attributes,
-                                              MatMulNBitsOptions{KernelPolicy::Fastest, constant_weights});
+                                              MatMulNBitsOptions{KernelPolicy::Fastest});
 }
 
 // Compiles every kernel the nodes' plans launch on all host cores at once
@@ -602,8 +602,8 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
     }
 }
 
-TEST_CASE("constant weights: a decode kernel launched as a programmatic dependent reads A only after the kernel "
-          "before it wrote it, eager and in a CUDA graph")
+TEST_CASE("a decode kernel launched as a programmatic dependent reads A only after the kernel before it wrote "
+          "it, eager and in a CUDA graph")
 {
     CudaRuntime& runtime = matmul_gpu();
     const bool overlapping = runtime.capabilities().compute_major >= 9;
@@ -617,7 +617,7 @@ TEST_CASE("constant weights: a decode kernel launched as a programmatic dependen
         const FastestNode producer = make_node(first, 0xc0a5 + m);
         const DeviceTensors producer_inputs(runtime, producer.inputs);
         DeviceOutput y1(runtime, DataType::Float16, {m, first.n});
-        const std::unique_ptr<ops::MatMulNBits> op1 = fastest_operator(producer, true);
+        const std::unique_ptr<ops::MatMulNBits> op1 = fastest_operator(producer);
         const RunOutcome alone = run_into(*op1, producer_inputs.tensors(), y1);
         REQUIRE(within_oracle_bound(oracle_error(output_values(DataType::Float16, alone.bytes), producer.expected),
                                     1e-3f));
@@ -630,7 +630,7 @@ TEST_CASE("constant weights: a decode kernel launched as a programmatic dependen
         std::vector<Tensor> chained = consumer_inputs.tensors();
         chained[0] = y1.tensor();
         DeviceOutput y2(runtime, DataType::Float16, {m, second.n});
-        const std::unique_ptr<ops::MatMulNBits> op2 = fastest_operator(consumer, true);
+        const std::unique_ptr<ops::MatMulNBits> op2 = fastest_operator(consumer);
 
         auto check_chain = [&](const char* how) {
             CAPTURE(how);

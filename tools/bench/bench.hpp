@@ -112,8 +112,6 @@ struct PathConfig {
     BiasMode bias = BiasMode::None;
     bool rmsnorm_prologue = false;
     float rmsnorm_epsilon = 1e-5f;
-    // MatMulNBitsOptions::constant_weights for every operator the bench runs.
-    bool constant_weights = false;
 
     // "act=f16 scales=f16 int4 block=32 symmetric accuracy_level=0"
     std::string describe() const;

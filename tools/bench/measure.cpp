@@ -578,7 +578,7 @@ Row measure_row(Session& session, const Node& node, const HostWeights& host_weig
     row.bytes = node.minimum_bytes();
     row.flops = node.flops();
     try {
-        ops::MatMulNBits op(session.runtime, node.attributes, MatMulNBitsOptions{policy, node.path.constant_weights});
+        ops::MatMulNBits op(session.runtime, node.attributes, MatMulNBitsOptions{policy});
         const std::vector<Tensor> outputs = bind_outputs(node, rows);
         const std::size_t scratch = op.workspace_bytes(node.input_descs(), {node.output});
         const DeviceBuffer workspace = scratch > 0 ? DeviceBuffer(runtime, scratch) : DeviceBuffer();

@@ -312,9 +312,6 @@ std::string PathConfig::describe() const
     if (rmsnorm_prologue) {
         text += fmt::format(" rmsnorm(eps={:g})", rmsnorm_epsilon);
     }
-    if (constant_weights) {
-        text += " constant-weights";
-    }
     return text;
 }
 
@@ -442,10 +439,6 @@ tools::CommandLine command_line(BenchOptions& options, Switches& switches)
                    }
                });
     cli.flag("rmsnorm", "fused RMS-norm prologue (marker attributes + gamma input)", &options.path.rmsnorm_prologue);
-    cli.flag("constant-weights",
-             "operators promise constant weights (MatMulNBitsOptions::constant_weights): Fastest's decode\n"
-             "kernels launch as programmatic dependents of the previous launch (sm_90+)",
-             &options.path.constant_weights);
     cli.option("rmsnorm-epsilon", "E", "epsilon of the RMS-norm prologue (default 1e-5)", [&](const std::string& value) {
         options.path.rmsnorm_epsilon = static_cast<float>(tools::parse_number(value));
     });

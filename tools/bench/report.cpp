@@ -387,7 +387,6 @@ std::string render_json(const Report& report)
         .field("bias", to_string(p.bias))
         .field("rmsnorm_prologue", p.rmsnorm_prologue)
         .field("rmsnorm_epsilon", static_cast<double>(p.rmsnorm_epsilon))
-        .field("constant_weights", p.constant_weights)
         .end_object();
     json.key("policies").begin_array();
     for (const KernelPolicy policy : report.policies) {
@@ -718,7 +717,6 @@ Report parse_report(const std::string& text)
     report.path.bias = bias == "plain" ? BiasMode::Plain : bias == "folded" ? BiasMode::Folded : BiasMode::None;
     report.path.rmsnorm_prologue = member(p, "rmsnorm_prologue").flag();
     report.path.rmsnorm_epsilon = static_cast<float>(member(p, "rmsnorm_epsilon").number(1e-5));
-    report.path.constant_weights = member(p, "constant_weights").flag();
     for (const JsonValue& policy : member(root, "policies").items) {
         report.policies.push_back(read_policy(policy));
     }

@@ -85,9 +85,8 @@ struct PlanOptions {
     std::optional<std::string> prefill_split_k;
     std::optional<std::string> prefill_wgmma_tile_n;
     std::optional<std::string> prefill_wgmma_min_m;
-    std::optional<std::string> decode_prefetch_mib;
+    std::optional<std::string> decode_programmatic;
     std::optional<std::string> decode_stages;
-    bool constant_weights = false;
 
     bool json = false;
     bool help = false;
@@ -150,9 +149,8 @@ tools::CommandLine command_line(PlanOptions& o)
                [&](const std::string& value) { o.prefill_wgmma_tile_n = value; });
     cli.option("prefill-wgmma-min-m", "17..65", "as NBITS_PREFILL_WGMMA_MIN_M (default: the environment's)",
                [&](const std::string& value) { o.prefill_wgmma_min_m = value; });
-    cli.flag("constant-weights", "as MatMulNBitsOptions::constant_weights", &o.constant_weights);
-    cli.option("decode-prefetch-mib", "0..64", "as NBITS_DECODE_PREFETCH_MIB (default: the environment's)",
-               [&](const std::string& value) { o.decode_prefetch_mib = value; });
+    cli.option("decode-pdl", "0|1", "as NBITS_DECODE_PDL (default: the environment's)",
+               [&](const std::string& value) { o.decode_programmatic = value; });
     cli.option("decode-stages", "2..4", "as NBITS_DECODE_STAGES (default: the environment's)",
                [&](const std::string& value) { o.decode_stages = value; });
     cli.section("Output");
@@ -216,15 +214,14 @@ std::string plan_text(const PlanOptions& o)
         }
     }
     context.policy = o.policy;
-    context.constant_weights = o.constant_weights;
     context.overrides = PlanOverrides::from_environment();
     // A flag, when given and valid, wins over its environment variable.
     const PlanOverrides forced = PlanOverrides::parse(o.down_columns, o.accuracy4_warps, o.prefill_split_k,
                                                       o.prefill_wgmma_tile_n, o.prefill_wgmma_min_m,
-                                                      o.decode_prefetch_mib, o.decode_stages);
+                                                      o.decode_programmatic, o.decode_stages);
     for (auto field : {&PlanOverrides::down_columns, &PlanOverrides::accuracy4_warps, &PlanOverrides::prefill_split_k,
                        &PlanOverrides::prefill_wgmma_tile_n, &PlanOverrides::prefill_wgmma_min_m,
-                       &PlanOverrides::decode_prefetch_mib, &PlanOverrides::decode_stages}) {
+                       &PlanOverrides::decode_programmatic, &PlanOverrides::decode_stages}) {
         if (forced.*field) {
             context.overrides.*field = forced.*field;
         }

@@ -746,7 +746,6 @@ JobPlan plan_jobs(const PrewarmOptions& options, const std::vector<jit::Target>&
                             ops::PlanContext context;
                             context.capabilities = device;
                             context.policy = policy;
-                            context.constant_weights = options.constant_weights;
                             // The developer overrides a runtime on this machine would read (split-K
                             // clusters specialise the prefill GEMM).
                             context.overrides = overrides;

@@ -438,10 +438,6 @@ Parser command_line(Parsed& p)
                           throw tools::UsageError("expected original, fastest or both");
                       }
                   });
-    parser.flag("constant-weights",
-                "plan as operators created with MatMulNBitsOptions::constant_weights (Fastest's overlapped\n"
-                "decode kernels on sm_90 and newer)",
-                &options.constant_weights);
     parser.section("Where");
     parser.option("cache-dir", "DIR",
                   "the cache directory. Default: where a runtime looks ($NBITS_CACHE_DIR, else\n"

@@ -60,8 +60,6 @@ struct PrewarmOptions {
     std::vector<std::string> sources;  // empty: every embedded source
     std::vector<NodeSpec> nodes;       // empty: every entry of every source, unspecialised
     std::vector<KernelPolicy> policies = {KernelPolicy::Original, KernelPolicy::Fastest};
-    // Plan as operators with MatMulNBitsOptions::constant_weights (their own decode specialisations).
-    bool constant_weights = false;
     bool dry_run = false;
     bool json = false;
     std::string json_out;
