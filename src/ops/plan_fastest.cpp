@@ -707,6 +707,9 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     geometry.warps = steps >= 8 ? 8 : steps >= 4 ? 4 : steps >= 2 ? 2 : 1;
     const std::uint32_t base_blocks = 16 / geometry.warps;
     geometry.tiles = !paired && 10 * div_ceil(config.n, 32) >= 9 * sms * base_blocks ? 2 : 1;
+    if (const std::optional<int> tiles = fastest.request.context.overrides.decode_tiles) {
+        geometry.tiles = paired ? 1 : *tiles;
+    }
     auto shared = [&](int tiles) {
         return decode_shared_bytes(geometry.stages, geometry.warps, tiles, geometry.chunks, m_tiles, sets, rms);
     };

@@ -661,3 +661,21 @@ TEST_CASE("Fastest decode's ring depth follows NBITS_DECODE_STAGES (2..4)")
     CHECK_FALSE(stages("1").decode_stages.has_value());
     CHECK(stages("3").decode_stages == 3);
 }
+
+TEST_CASE("Fastest decode's column tiles per CTA follow NBITS_DECODE_TILES (1|2; the paired node keeps 1)")
+{
+    auto tiles = [](const char* value) {
+        return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                    std::nullopt, std::nullopt, std::string(value));
+    };
+    test::Problem one = fastest(node(4096, 128256), rows(1));
+    one.context.overrides = tiles("1");
+    CHECK(defines(test::kernel_step(one.plan(), 0), "NBITS_TILES=1"));
+    test::Problem two = fastest(node(14336, 4096), rows(1));
+    two.context.overrides = tiles("2");
+    CHECK(defines(test::kernel_step(two.plan(), 0), "NBITS_TILES=2"));
+    test::Problem paired = fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(1));
+    paired.context.overrides = tiles("2");
+    CHECK(defines(test::kernel_step(paired.plan(), 0), "NBITS_TILES=1"));
+    CHECK_FALSE(tiles("3").decode_tiles.has_value());
+}

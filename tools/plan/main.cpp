@@ -87,6 +87,7 @@ struct PlanOptions {
     std::optional<std::string> prefill_wgmma_min_m;
     std::optional<std::string> decode_programmatic;
     std::optional<std::string> decode_stages;
+    std::optional<std::string> decode_tiles;
 
     bool json = false;
     bool help = false;
@@ -153,6 +154,8 @@ tools::CommandLine command_line(PlanOptions& o)
                [&](const std::string& value) { o.decode_programmatic = value; });
     cli.option("decode-stages", "2..4", "as NBITS_DECODE_STAGES (default: the environment's)",
                [&](const std::string& value) { o.decode_stages = value; });
+    cli.option("decode-tiles", "1|2", "as NBITS_DECODE_TILES (default: the environment's)",
+               [&](const std::string& value) { o.decode_tiles = value; });
     cli.section("Output");
     cli.flag("json", "JSON instead of text", &o.json);
     cli.flag("help", "this text", &o.help);
@@ -218,10 +221,11 @@ std::string plan_text(const PlanOptions& o)
     // A flag, when given and valid, wins over its environment variable.
     const PlanOverrides forced = PlanOverrides::parse(o.down_columns, o.accuracy4_warps, o.prefill_split_k,
                                                       o.prefill_wgmma_tile_n, o.prefill_wgmma_min_m,
-                                                      o.decode_programmatic, o.decode_stages);
+                                                      o.decode_programmatic, o.decode_stages, o.decode_tiles);
     for (auto field : {&PlanOverrides::down_columns, &PlanOverrides::accuracy4_warps, &PlanOverrides::prefill_split_k,
                        &PlanOverrides::prefill_wgmma_tile_n, &PlanOverrides::prefill_wgmma_min_m,
-                       &PlanOverrides::decode_programmatic, &PlanOverrides::decode_stages}) {
+                       &PlanOverrides::decode_programmatic, &PlanOverrides::decode_stages,
+                       &PlanOverrides::decode_tiles}) {
         if (forced.*field) {
             context.overrides.*field = forced.*field;
         }
