@@ -686,7 +686,9 @@ std::uint32_t decode_shared_bytes(std::uint32_t stage_count, std::uint32_t warps
 // against 33.9 us). A single-row int4 node with K > N (a down projection)
 // takes two 16-byte chunks a lane and row per k step, halving the per-step
 // work of its long K (Llama-3-8B down 17.0 -> 14.3 us, 70B down 47.8 -> 42.6
-// on the H200; lm_head, qkv and gate/up ran slower with it). It must fit the
+// on the H200; lm_head, qkv and gate/up ran slower with it), and one tile a
+// CTA: two tiles of two chunks reach the 128-register cap and spill (70B down
+// 42.5 against 41.5 us with one tile, same run). It must fit the
 // SM's shared memory: a device with less (sm_86/89: 100 KiB) gets fewer tiles
 // or CTAs per SM.
 DecodeGeometry decode_geometry(const FastestRequest& fastest)
@@ -706,7 +708,7 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     const std::size_t steps = div_ceil(config.k, step);
     geometry.warps = steps >= 8 ? 8 : steps >= 4 ? 4 : steps >= 2 ? 2 : 1;
     const std::uint32_t base_blocks = 16 / geometry.warps;
-    geometry.tiles = !paired && 10 * div_ceil(config.n, 32) >= 9 * sms * base_blocks ? 2 : 1;
+    geometry.tiles = !paired && geometry.chunks == 1 && 10 * div_ceil(config.n, 32) >= 9 * sms * base_blocks ? 2 : 1;
     if (const std::optional<int> tiles = fastest.request.context.overrides.decode_tiles) {
         geometry.tiles = paired ? 1 : *tiles;
     }

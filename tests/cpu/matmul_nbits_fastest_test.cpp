@@ -534,6 +534,11 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     CHECK(defines(down, "NBITS_CHUNKS=2"));
     CHECK(down.config.dynamic_shared_bytes == 8 * 2 * 2 * 2 * 512 + 2 * 4 * 8 * 32 * 4 + 16);
     CHECK(defines(qkv, "NBITS_CHUNKS=1"));
+    // Two chunks keep one tile a CTA even where the columns would fill the grid twice over (Llama-3-70B down).
+    const KernelStep down70 = test::kernel_step(fastest(node(28672, 8192), rows(1)).plan(), 0);
+    CHECK(defines(down70, "NBITS_CHUNKS=2"));
+    CHECK(defines(down70, "NBITS_TILES=1"));
+    CHECK(down70.config.grid == Dim3{264, 1, 1});
     CHECK(defines(test::kernel_step(fastest(node(14336, 4096), rows(2)).plan(), 0), "NBITS_CHUNKS=1"));
     CHECK(defines(test::kernel_step(fastest(node(14336, 4096, 8), rows(1)).plan(), 0), "NBITS_CHUNKS=1"));
     // M = 2..16 accumulates every batch row.
