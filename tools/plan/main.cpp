@@ -93,6 +93,24 @@ struct PlanOptions {
     bool help = false;
 };
 
+// The developer overrides, each a flag named after its environment variable.
+struct OverrideFlag {
+    const char* flag;
+    const char* values;
+    const char* environment;
+    std::optional<std::string> PlanOptions::*field;
+};
+constexpr OverrideFlag kOverrideFlags[] = {
+    {"down-cols", "8|4|2", kDownColumnsEnv, &PlanOptions::down_columns},
+    {"acc4-warps", "1|2|4|8", kAccuracy4WarpsEnv, &PlanOptions::accuracy4_warps},
+    {"prefill-split-k", "1..8", kPrefillSplitKEnv, &PlanOptions::prefill_split_k},
+    {"prefill-wgmma-tile-n", "128|256", kPrefillWgmmaTileNEnv, &PlanOptions::prefill_wgmma_tile_n},
+    {"prefill-wgmma-min-m", "17..65", kPrefillWgmmaMinMEnv, &PlanOptions::prefill_wgmma_min_m},
+    {"decode-pdl", "0|1", kDecodeProgrammaticEnv, &PlanOptions::decode_programmatic},
+    {"decode-stages", "2..4", kDecodeStagesEnv, &PlanOptions::decode_stages},
+    {"decode-tiles", "1|2", kDecodeTilesEnv, &PlanOptions::decode_tiles},
+};
+
 tools::CommandLine command_line(PlanOptions& o)
 {
     tools::CommandLine cli("nbits-plan --K <k> --N <n> [options]",
@@ -140,22 +158,11 @@ tools::CommandLine command_line(PlanOptions& o)
         }
         o.policy = *policy;
     });
-    cli.option("down-cols", "8|4|2", "as NBITS_DOWN_COLS (default: the environment's)",
-               [&](const std::string& value) { o.down_columns = value; });
-    cli.option("acc4-warps", "1|2|4|8", "as NBITS_ACC4_WARPS (default: the environment's)",
-               [&](const std::string& value) { o.accuracy4_warps = value; });
-    cli.option("prefill-split-k", "1..8", "as NBITS_PREFILL_SPLIT_K (default: the environment's)",
-               [&](const std::string& value) { o.prefill_split_k = value; });
-    cli.option("prefill-wgmma-tile-n", "128|256", "as NBITS_PREFILL_WGMMA_TILE_N (default: the environment's)",
-               [&](const std::string& value) { o.prefill_wgmma_tile_n = value; });
-    cli.option("prefill-wgmma-min-m", "17..65", "as NBITS_PREFILL_WGMMA_MIN_M (default: the environment's)",
-               [&](const std::string& value) { o.prefill_wgmma_min_m = value; });
-    cli.option("decode-pdl", "0|1", "as NBITS_DECODE_PDL (default: the environment's)",
-               [&](const std::string& value) { o.decode_programmatic = value; });
-    cli.option("decode-stages", "2..4", "as NBITS_DECODE_STAGES (default: the environment's)",
-               [&](const std::string& value) { o.decode_stages = value; });
-    cli.option("decode-tiles", "1|2", "as NBITS_DECODE_TILES (default: the environment's)",
-               [&](const std::string& value) { o.decode_tiles = value; });
+    for (const OverrideFlag& override_flag : kOverrideFlags) {
+        cli.option(override_flag.flag, override_flag.values,
+                   fmt::format("as {} (default: the environment's)", override_flag.environment),
+                   [&o, field = override_flag.field](const std::string& value) { o.*field = value; });
+    }
     cli.section("Output");
     cli.flag("json", "JSON instead of text", &o.json);
     cli.flag("help", "this text", &o.help);
