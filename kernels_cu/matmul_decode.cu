@@ -105,6 +105,10 @@
 #define NBITS_L2_PREFETCH 128
 #endif
 
+#ifndef NBITS_STAGE_ACTS  // tensor cores, 1: the activation row goes through the cp.async ring with the weights (M = 1)
+#define NBITS_STAGE_ACTS 0
+#endif
+
 #ifndef NBITS_PROGRAMMATIC  // 1: launched as a programmatic dependent of the previous kernel (sm_90+), see tc_run
 #define NBITS_PROGRAMMATIC 0
 #endif
@@ -849,7 +853,22 @@ struct TcActs {
 // registers), so kStages - 1 k steps stay in flight while one is computed.
 constexpr int kSlotBytes = 32 * 16;
 template <int NSETS>
-__host__ __device__ constexpr int stage_bytes() { return NSETS * kTiles * 2 * kChunks * kSlotBytes; }
+__host__ __device__ constexpr int weight_stage_bytes() { return NSETS * kTiles * 2 * kChunks * kSlotBytes; }
+
+// With NBITS_STAGE_ACTS a stage also holds the step's kStepCodes activations
+// of the single row, after the weights, copied 16 bytes a lane with them: the
+// k step then waits on no load from L2 (a long K re-reads its row from L2 in
+// every CTA, where the activations of a step arrived only when it was
+// computed). Needs rows of whole 16-byte pieces (K % 8 == 0), so that a piece
+// is either inside K or past it and zero-filled.
+constexpr bool kStageActs = NBITS_STAGE_ACTS != 0;
+static_assert(!kStageActs || (kSingleRow && !kRms && kActAlign == 16),
+              "NBITS_STAGE_ACTS needs NBITS_SINGLE_ROW, no RMS-norm prologue and K % 8 == 0");
+constexpr int kActStageBytes = kStageActs ? kStepCodes * 2 : 0;
+constexpr int kActPieces = kActStageBytes / 16;
+static_assert(kActPieces <= 32, "one activation piece a lane");
+template <int NSETS>
+__host__ __device__ constexpr int stage_bytes() { return weight_stage_bytes<NSETS>() + kActStageBytes; }
 
 __device__ __forceinline__ int slot_index(int set, int j, int h, int r)
 {
@@ -873,6 +892,13 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void* src, int src_byt
                  :
                  : "r"(dst), "l"(src), "r"(src_bytes)
                  : "memory");
+}
+
+// The same through L1 (cp.async.ca), for data that other CTAs of the SM read
+// again: the activation row.
+__device__ __forceinline__ void cp_async16_l1(u32 dst, const void* src, int src_bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" : : "r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 
 __device__ __forceinline__ void cp_async8(u32 dst, const void* src, int src_bytes)
@@ -901,6 +927,21 @@ __device__ __forceinline__ uint4 ld_shared16(u32 address)
                  : "r"(address)
                  : "memory");
     return v;
+}
+
+// BYTES (8 or 16) bytes of shared memory into 32-bit words.
+template <int BYTES>
+__device__ __forceinline__ void ld_shared_words(u32 address, u32 (&out)[BYTES / 4])
+{
+    static_assert(BYTES == 8 || BYTES == 16, "8 or 16 bytes");
+    if constexpr (BYTES == 16) {
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(out[0]), "=r"(out[1]), "=r"(out[2]), "=r"(out[3])
+                     : "r"(address)
+                     : "memory");
+    } else {
+        asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(out[0]), "=r"(out[1]) : "r"(address) : "memory");
+    }
 }
 
 // Shared address of chunk position `position` of slot `slot` in a stage.
@@ -1069,10 +1110,11 @@ __device__ __forceinline__ void load_gamma_word(const void* gamma, int k, float 
 }
 
 // B operands of word slot w of chunk r: the activations at the k of that
-// slot, in the pair order of the weights' words (zeros past M and K).
+// slot, in the pair order of the weights' words (zeros past M and K); with
+// kStageActs from `staged`, their shared address in the step's stage.
 template <bool TAIL>
 __device__ __forceinline__ void load_b_word(
-    const TcActs& act, int k, float (&ss)[kMTiles], u32 (&x)[kMTiles][kPairs])
+    const TcActs& act, int k, u32 staged, float (&ss)[kMTiles], u32 (&x)[kMTiles][kPairs])
 {
     float gm[kWordCodes];
     if constexpr (kRms) {
@@ -1084,7 +1126,11 @@ __device__ __forceinline__ void load_b_word(
 #pragma unroll
         for (int i = 0; i < kPairs; ++i) nat[i] = 0u;
         if (act.ok[mt]) {
-            load_act_word<TAIL>(act.row[mt], k, nat);
+            if constexpr (kStageActs) {
+                ld_shared_words<2 * kWordCodes>(staged, nat);
+            } else {
+                load_act_word<TAIL>(act.row[mt], k, nat);
+            }
         }
         if constexpr (kRms) {
 #pragma unroll
@@ -1124,6 +1170,9 @@ __device__ __forceinline__ void tc_compute(
     const TcActs& act, int lane, int step)
 {
     const int t = lane & 3;
+    // Shared address of the staged activations of code k of this step.
+    const u32 acts = stage + (u32)weight_stage_bytes<NSETS>();
+    auto staged = [&](int k) { return acts + (u32)(2 * (k - step * kStepCodes)); };
 #pragma unroll
     for (int r = 0; r < kChunks; ++r) {
         u32 x[4][kMTiles][kPairs];
@@ -1131,7 +1180,9 @@ __device__ __forceinline__ void tc_compute(
             // Slot w: word t of chunk 4r + w.
             const int kc = step * kStepCodes + 4 * r * kChunkCodes + t * kWordCodes;
 #pragma unroll
-            for (int w = 0; w < 4; ++w) load_b_word<TAIL>(act, kc + w * kChunkCodes, ss, x[w]);
+            for (int w = 0; w < 4; ++w) {
+                load_b_word<TAIL>(act, kc + w * kChunkCodes, staged(kc + w * kChunkCodes), ss, x[w]);
+            }
 
 #pragma unroll
             for (int set = 0; set < NSETS; ++set) {
@@ -1187,7 +1238,7 @@ __device__ __forceinline__ void tc_compute(
             // Word w of the lane's own chunk 4r + t, scaled in T.
             const int k0 = step * kStepCodes + (4 * r + t) * kChunkCodes;
 #pragma unroll
-            for (int w = 0; w < 4; ++w) load_b_word<TAIL>(act, k0 + w * kWordCodes, ss, x[w]);
+            for (int w = 0; w < 4; ++w) load_b_word<TAIL>(act, k0 + w * kWordCodes, staged(k0 + w * kWordCodes), ss, x[w]);
             const int blk0 = k0 >> kBlockShift;
             Dequant<kBf16, kBits> dq[NSETS][kTiles][2][kBlocksPerChunk];
 #pragma unroll
@@ -1401,6 +1452,15 @@ __device__ __forceinline__ void tc_run(
             w[set].z = zp[set] + row * kZpRowBytes;
         }
         const u32 at = ring + (u32)(stage * stage_bytes<NSETS>());
+        if constexpr (kStageActs) {
+            // Piece `lane` (8 codes) of the step's activations; zeros past K.
+            const int k = step * kStepCodes + 8 * lane;
+            if (lane < kActPieces) {
+                const bool present = k < kK;
+                cp_async16_l1(at + (u32)weight_stage_bytes<NSETS>() + (u32)(16 * lane),
+                           static_cast<const u16*>(a) + (present ? k : 0), present ? 16 : 0);
+            }
+        }
         const bool tail = kHasTail && step >= kFullSteps;
         if (n0 + kCtaCols <= n) {
             if (!tail) {

@@ -59,8 +59,9 @@ struct MatMulNBitsConfig {
 // decode GEMVs (ONNX_GENAI_DOWN_COLS and ONNX_GENAI_ACC4_WARPS are accepted
 // as aliases), NBITS_PREFILL_SPLIT_K (1..8), NBITS_PREFILL_WGMMA_TILE_N
 // (128|256) and NBITS_PREFILL_WGMMA_MIN_M (17..65) for Fastest's fused
-// prefill GEMM, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4) and
-// NBITS_DECODE_TILES (1|2) for its decode kernels. Other values are ignored.
+// prefill GEMM, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4),
+// NBITS_DECODE_TILES (1|2) and NBITS_DECODE_STAGE_ACTS (0|1) for its decode
+// kernels. Other values are ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
 inline constexpr const char* kDownColumnsAliasEnv = "ONNX_GENAI_DOWN_COLS";
@@ -71,6 +72,7 @@ inline constexpr const char* kPrefillWgmmaMinMEnv = "NBITS_PREFILL_WGMMA_MIN_M";
 inline constexpr const char* kDecodeProgrammaticEnv = "NBITS_DECODE_PDL";
 inline constexpr const char* kDecodeStagesEnv = "NBITS_DECODE_STAGES";
 inline constexpr const char* kDecodeTilesEnv = "NBITS_DECODE_TILES";
+inline constexpr const char* kDecodeStageActsEnv = "NBITS_DECODE_STAGE_ACTS";
 
 struct PlanOverrides {
     std::optional<int> down_columns;
@@ -99,13 +101,19 @@ struct PlanOverrides {
     // column group (1 or 2; the paired node always 1). Unset: 2 when the
     // groups fill the grid, else 1.
     std::optional<int> decode_tiles;
+    // 0: the single-row tensor-core decode kernels load each k step's
+    // activations when they compute it; 1 (and unset): the activations go
+    // through the cp.async ring with the weights (M = 1, no RMS-norm
+    // prologue, K a multiple of 8).
+    std::optional<int> decode_stage_acts;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
     // The same rules over given values (nullopt: unset). DOWN_COLS must be
     // exactly "8", "4" or "2"; the others are unsigned decimals with an
     // optional '+' ("+4" and "04" count): ACC4_WARPS 1, 2, 4 or 8,
     // PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256,
-    // PREFILL_WGMMA_MIN_M 17 to 65, DECODE_PDL 0 or 1, DECODE_STAGES 2 to 4, DECODE_TILES 1 or 2.
+    // PREFILL_WGMMA_MIN_M 17 to 65, DECODE_PDL 0 or 1, DECODE_STAGES 2 to 4, DECODE_TILES 1 or 2,
+    // DECODE_STAGE_ACTS 0 or 1.
     static PlanOverrides parse(const std::optional<std::string>& down_columns,
                                const std::optional<std::string>& accuracy4_warps,
                                const std::optional<std::string>& prefill_split_k = std::nullopt,
@@ -113,7 +121,8 @@ struct PlanOverrides {
                                const std::optional<std::string>& prefill_wgmma_min_m = std::nullopt,
                                const std::optional<std::string>& decode_programmatic = std::nullopt,
                                const std::optional<std::string>& decode_stages = std::nullopt,
-                               const std::optional<std::string>& decode_tiles = std::nullopt);
+                               const std::optional<std::string>& decode_tiles = std::nullopt,
+                               const std::optional<std::string>& decode_stage_acts = std::nullopt);
 };
 
 // What the plan may know about the machine, injected so that it stays pure.

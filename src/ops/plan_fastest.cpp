@@ -646,6 +646,7 @@ struct DecodeGeometry {
     std::uint32_t min_blocks;
     int tiles;
     int chunks;
+    bool stage_acts;
     std::uint32_t grid;
     std::uint32_t shared_bytes;
 };
@@ -663,12 +664,14 @@ std::uint32_t decode_stages(const FastestRequest& fastest)
 }
 
 // Dynamic shared memory of nbits_decode_*: the layout of TcShared in
-// matmul_decode.cu (stages, then the cross-warp partial sums and the RMS
-// squares, each double-buffered).
+// matmul_decode.cu (stages, with the staged activations of a step when
+// act_step_bytes > 0, then the cross-warp partial sums and the RMS squares,
+// each double-buffered).
 std::uint32_t decode_shared_bytes(std::uint32_t stage_count, std::uint32_t warps, int tiles, int chunks, int m_tiles,
-                                  int sets, bool rms)
+                                  int sets, bool rms, std::size_t act_step_bytes)
 {
-    const std::size_t stages = std::size_t{warps} * stage_count * sets * tiles * chunks * 2 * 512;
+    const std::size_t stages =
+        std::size_t{warps} * stage_count * (std::size_t(sets) * tiles * chunks * 2 * 512 + act_step_bytes);
     const std::size_t partial = 2 * std::size_t(sets) * tiles * m_tiles * 4 * warps * 32 * 4;
     const std::size_t squares = 2 * (rms ? std::size_t{warps} * 8 * m_tiles : 1) * 4;
     return static_cast<std::uint32_t>((stages + partial + squares + 15) / 16 * 16);
@@ -706,6 +709,8 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     geometry.chunks = fastest.m == 1 && !paired && config.bits == 4 && config.k > config.n ? 2 : 1;
     const std::size_t step = (config.bits == 4 ? 128 : 64) * static_cast<std::size_t>(geometry.chunks);
     const std::size_t steps = div_ceil(config.k, step);
+    geometry.stage_acts = fastest.m == 1 && !rms && config.k % 8 == 0 &&
+                          fastest.request.context.overrides.decode_stage_acts.value_or(1) == 1;
     geometry.warps = steps >= 8 ? 8 : steps >= 4 ? 4 : steps >= 2 ? 2 : 1;
     const std::uint32_t base_blocks = 16 / geometry.warps;
     geometry.tiles = !paired && geometry.chunks == 1 && 10 * div_ceil(config.n, 32) >= 9 * sms * base_blocks ? 2 : 1;
@@ -713,7 +718,8 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
         geometry.tiles = paired ? 1 : *tiles;
     }
     auto shared = [&](int tiles) {
-        return decode_shared_bytes(geometry.stages, geometry.warps, tiles, geometry.chunks, m_tiles, sets, rms);
+        return decode_shared_bytes(geometry.stages, geometry.warps, tiles, geometry.chunks, m_tiles, sets, rms,
+                                   geometry.stage_acts ? step * 2 : 0);
     };
     auto fits = [&](std::uint32_t blocks, int tiles) {
         return resident_on_sm(device, blocks, shared(tiles));
@@ -782,6 +788,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     std::uint32_t shared_bytes = 0;
     int tiles = 1;
     int chunks = 1;
+    bool stage_acts = false;
     std::uint32_t stages = kDecodeStages;
     int cols_per_warp = 1;
     std::size_t max_m = 1;
@@ -798,6 +805,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         min_blocks = geometry.min_blocks;
         tiles = geometry.tiles;
         chunks = geometry.chunks;
+        stage_acts = geometry.stage_acts;
         stages = geometry.stages;
         grid = geometry.grid;
         shared_bytes = geometry.shared_bytes;
@@ -844,6 +852,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
             .define("NBITS_SINGLE_ROW", m == 1 ? 1 : 0)
             .define("NBITS_STAGES", stages)
             .define("NBITS_CHUNKS", chunks)
+            .define("NBITS_STAGE_ACTS", stage_acts ? 1 : 0)
             .shared_memory(shared_bytes, true);
         if (programmatic) {
             step.define("NBITS_PROGRAMMATIC", 1).programmatic_dependent(true);

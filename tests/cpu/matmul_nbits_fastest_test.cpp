@@ -510,9 +510,11 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     CHECK(qkv.config.grid == Dim3{384, 1, 1});
     CHECK(defines(qkv, "NBITS_STAGES=2"));
     CHECK(defines(qkv, "NBITS_SINGLE_ROW=1"));
-    // Dynamic shared memory: 8 warps x 2 stages x 1 tile x 2 row halves x 512 bytes, the double-buffered partial
-    // sums (2 x 4 values x 8 warps x 32 lanes x 4 bytes) and the unused RMS squares (2 floats), 16-byte rounded.
-    CHECK(qkv.config.dynamic_shared_bytes == 8 * 2 * 2 * 512 + 2 * 4 * 8 * 32 * 4 + 16);
+    // Dynamic shared memory: 8 warps x 2 stages x (1 tile x 2 row halves x 512 bytes of weights and the step's
+    // 128 activations), the double-buffered partial sums (2 x 4 values x 8 warps x 32 lanes x 4 bytes) and the
+    // unused RMS squares (2 floats), 16-byte rounded.
+    CHECK(defines(qkv, "NBITS_STAGE_ACTS=1"));
+    CHECK(qkv.config.dynamic_shared_bytes == 8 * 2 * (2 * 512 + 128 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
     CHECK(qkv.configure_shared_memory);
     // A third CTA per SM caps registers at 80: not for the paired node (Qwen2.5-7B gate/up, 1184 groups, would
     // save a round) nor for two tiles of two batch tiles (Llama-3-70B qkv at M = 16).
@@ -529,10 +531,11 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     CHECK(defines(lm_head, "NBITS_MIN_BLOCKS=2"));
     CHECK(defines(lm_head, "NBITS_TILES=2"));
     // A single-row int4 down projection (K > N) takes two chunks a lane per k step, with a ring twice as deep in
-    // bytes: 8 warps x 2 stages x 1 tile x 2 chunks x 2 row halves x 512 bytes, plus the partial sums.
+    // bytes: 8 warps x 2 stages x (1 tile x 2 chunks x 2 row halves x 512 bytes and 256 activations), plus the
+    // partial sums.
     const KernelStep down = test::kernel_step(fastest(node(14336, 4096), rows(1)).plan(), 0);
     CHECK(defines(down, "NBITS_CHUNKS=2"));
-    CHECK(down.config.dynamic_shared_bytes == 8 * 2 * 2 * 2 * 512 + 2 * 4 * 8 * 32 * 4 + 16);
+    CHECK(down.config.dynamic_shared_bytes == 8 * 2 * (2 * 2 * 512 + 256 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
     CHECK(defines(qkv, "NBITS_CHUNKS=1"));
     // Two chunks keep one tile a CTA even where the columns would fill the grid twice over (Llama-3-70B down).
     const KernelStep down70 = test::kernel_step(fastest(node(28672, 8192), rows(1)).plan(), 0);
@@ -661,7 +664,7 @@ TEST_CASE("Fastest decode's ring depth follows NBITS_DECODE_STAGES (2..4)")
     const KernelStep down = test::kernel_step(deep.plan(), 0);
     CHECK(defines(down, "NBITS_STAGES=4"));
     // 8 warps x 4 stages x 1 tile x 2 chunks x 2 row halves x 512 bytes, plus the partial sums.
-    CHECK(down.config.dynamic_shared_bytes == 8 * 4 * 2 * 2 * 512 + 2 * 4 * 8 * 32 * 4 + 16);
+    CHECK(down.config.dynamic_shared_bytes == 8 * 4 * (2 * 2 * 512 + 256 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
     CHECK_FALSE(stages("5").decode_stages.has_value());
     CHECK_FALSE(stages("1").decode_stages.has_value());
     CHECK(stages("3").decode_stages == 3);
@@ -683,4 +686,33 @@ TEST_CASE("Fastest decode's column tiles per CTA follow NBITS_DECODE_TILES (1|2;
     paired.context.overrides = tiles("2");
     CHECK(defines(test::kernel_step(paired.plan(), 0), "NBITS_TILES=1"));
     CHECK_FALSE(tiles("3").decode_tiles.has_value());
+}
+
+TEST_CASE("Fastest decode stages the activations with the weights at M = 1 unless NBITS_DECODE_STAGE_ACTS=0")
+{
+    auto stage_acts = [](const char* value) {
+        return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                    std::nullopt, std::nullopt, std::nullopt, std::string(value));
+    };
+    auto staged = [](const test::Problem& problem) {
+        return defines(test::kernel_step(problem.plan(), 0), "NBITS_STAGE_ACTS=1");
+    };
+    CHECK(staged(fastest(node(4096, 128256), rows(1))));
+    CHECK(staged(fastest(node(4096, 128256), rows(1, DataType::BFloat16))));
+    CHECK(staged(fastest(node(8192, 14336, 8), rows(1))));
+    CHECK(staged(fastest(test::marked(node(8192, 28672), kGateUpSwigluAttr), rows(1))));
+    // Two or more rows, the RMS-norm prologue (its squares come from the loaded row) and a K of partial 16-byte
+    // pieces load the activations when they compute.
+    CHECK_FALSE(staged(fastest(node(4096, 128256), rows(2))));
+    test::Shapes normalized = rows(1);
+    normalized.gamma = DataType::Float16;
+    CHECK_FALSE(staged(fastest(test::marked(node(4096, 6144), kRmsNormPrologueAttr), normalized)));
+    CHECK_FALSE(staged(fastest(node(4100, 6144), rows(1))));
+    test::Problem off = fastest(node(28672, 8192), rows(1));
+    off.context.overrides = stage_acts("0");
+    const KernelStep plain = test::kernel_step(off.plan(), 0);
+    CHECK(defines(plain, "NBITS_STAGE_ACTS=0"));
+    CHECK(plain.config.dynamic_shared_bytes == 8 * 2 * 2 * 2 * 512 + 2 * 4 * 8 * 32 * 4 + 16);
+    CHECK(stage_acts("1").decode_stage_acts == 1);
+    CHECK_FALSE(stage_acts("2").decode_stage_acts.has_value());
 }
