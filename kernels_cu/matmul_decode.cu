@@ -105,7 +105,7 @@
 #define NBITS_L2_PREFETCH 128
 #endif
 
-#ifndef NBITS_STAGE_ACTS  // tensor cores, 1: the activation row goes through the cp.async ring with the weights (M = 1)
+#ifndef NBITS_STAGE_ACTS  // tensor cores, 1: the rows of A go through the cp.async ring with the weights (M <= 8)
 #define NBITS_STAGE_ACTS 0
 #endif
 
@@ -856,17 +856,22 @@ template <int NSETS>
 __host__ __device__ constexpr int weight_stage_bytes() { return NSETS * kTiles * 2 * kChunks * kSlotBytes; }
 
 // With NBITS_STAGE_ACTS a stage also holds the step's kStepCodes activations
-// of the single row, after the weights, copied 16 bytes a lane with them: the
-// k step then waits on no load from L2 (a long K re-reads its row from L2 in
-// every CTA, where the activations of a step arrived only when it was
-// computed). Needs rows of whole 16-byte pieces (K % 8 == 0), so that a piece
-// is either inside K or past it and zero-filled.
+// of each row of A (one row with NBITS_SINGLE_ROW, else the 8 of the batch
+// tile), after the weights, copied in 16-byte pieces with them: the k step
+// then waits on no load from L2 (a long K re-reads A from L2 in every CTA,
+// where the activations of a step arrived only when it was computed). Rows
+// lie kActRowStride apart: the four lanes of a quad read 8 * kWordCodes
+// contiguous bytes of their row, so a stride of that much past a multiple of
+// 128 bytes puts the rows of one shared-memory phase in distinct banks. Needs
+// rows of whole 16-byte pieces (K % 8 == 0), so that a piece is either inside
+// K or past it and zero-filled.
 constexpr bool kStageActs = NBITS_STAGE_ACTS != 0;
-static_assert(!kStageActs || (kSingleRow && !kRms && kActAlign == 16),
-              "NBITS_STAGE_ACTS needs NBITS_SINGLE_ROW, no RMS-norm prologue and K % 8 == 0");
-constexpr int kActStageBytes = kStageActs ? kStepCodes * 2 : 0;
-constexpr int kActPieces = kActStageBytes / 16;
-static_assert(kActPieces <= 32, "one activation piece a lane");
+static_assert(!kStageActs || (kMTiles == 1 && !kRms && kActAlign == 16),
+              "NBITS_STAGE_ACTS needs NBITS_M_TILES 1, no RMS-norm prologue and K % 8 == 0");
+constexpr int kActRows = kSingleRow ? 1 : 8;
+constexpr int kActRowStride = kSingleRow ? kStepCodes * 2 : kStepCodes * 2 + 8 * kWordCodes;
+constexpr int kActPiecesPerRow = kStepCodes * 2 / 16;
+constexpr int kActStageBytes = kStageActs ? kActRows * kActRowStride : 0;
 template <int NSETS>
 __host__ __device__ constexpr int stage_bytes() { return weight_stage_bytes<NSETS>() + kActStageBytes; }
 
@@ -1172,7 +1177,7 @@ __device__ __forceinline__ void tc_compute(
     const int t = lane & 3;
     // Shared address of the staged activations of code k of this step.
     const u32 acts = stage + (u32)weight_stage_bytes<NSETS>();
-    auto staged = [&](int k) { return acts + (u32)(2 * (k - step * kStepCodes)); };
+    auto staged = [&](int k) { return acts + (u32)((lane >> 2) * kActRowStride + 2 * (k - step * kStepCodes)); };
 #pragma unroll
     for (int r = 0; r < kChunks; ++r) {
         u32 x[4][kMTiles][kPairs];
@@ -1453,12 +1458,18 @@ __device__ __forceinline__ void tc_run(
         }
         const u32 at = ring + (u32)(stage * stage_bytes<NSETS>());
         if constexpr (kStageActs) {
-            // Piece `lane` (8 codes) of the step's activations; zeros past K.
-            const int k = step * kStepCodes + 8 * lane;
-            if (lane < kActPieces) {
-                const bool present = k < kK;
-                cp_async16_l1(at + (u32)weight_stage_bytes<NSETS>() + (u32)(16 * lane),
-                           static_cast<const u16*>(a) + (present ? k : 0), present ? 16 : 0);
+            // The step's activations of rows 0 .. m - 1, 8 codes a piece; zeros past K.
+#pragma unroll
+            for (int p = lane; p < kActRows * kActPiecesPerRow; p += 32) {
+                const int r = p / kActPiecesPerRow;
+                const int piece = p % kActPiecesPerRow;
+                const int k = step * kStepCodes + 8 * piece;
+                if (r < m) {
+                    const bool present = k < kK;
+                    cp_async16_l1(at + (u32)(weight_stage_bytes<NSETS>() + r * kActRowStride + 16 * piece),
+                                  static_cast<const u16*>(a) + (long long)r * kK + (present ? k : 0),
+                                  present ? 16 : 0);
+                }
             }
         }
         const bool tail = kHasTail && step >= kFullSteps;

@@ -709,8 +709,12 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     geometry.chunks = fastest.m == 1 && !paired && config.bits == 4 && config.k > config.n ? 2 : 1;
     const std::size_t step = (config.bits == 4 ? 128 : 64) * static_cast<std::size_t>(geometry.chunks);
     const std::size_t steps = div_ceil(config.k, step);
-    geometry.stage_acts = fastest.m == 1 && !rms && config.k % 8 == 0 &&
+    // Rows of A staged with the weights (M <= 8, see kActRowStride in matmul_decode.cu): the single row, or the 8
+    // rows of the batch tile, each padded by the 8 * word codes its quads read.
+    geometry.stage_acts = fastest.m <= 8 && !rms && config.k % 8 == 0 &&
                           fastest.request.context.overrides.decode_stage_acts.value_or(1) == 1;
+    const std::size_t word_codes = config.bits == 4 ? 8 : 4;
+    const std::size_t act_stage_bytes = fastest.m == 1 ? step * 2 : 8 * (step * 2 + 8 * word_codes);
     geometry.warps = steps >= 8 ? 8 : steps >= 4 ? 4 : steps >= 2 ? 2 : 1;
     const std::uint32_t base_blocks = 16 / geometry.warps;
     geometry.tiles = !paired && geometry.chunks == 1 && 10 * div_ceil(config.n, 32) >= 9 * sms * base_blocks ? 2 : 1;
@@ -719,11 +723,15 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     }
     auto shared = [&](int tiles) {
         return decode_shared_bytes(geometry.stages, geometry.warps, tiles, geometry.chunks, m_tiles, sets, rms,
-                                   geometry.stage_acts ? step * 2 : 0);
+                                   geometry.stage_acts ? act_stage_bytes : 0);
     };
     auto fits = [&](std::uint32_t blocks, int tiles) {
         return resident_on_sm(device, blocks, shared(tiles));
     };
+    // A device with too little shared memory for the staged rows loads them as it computes.
+    if (geometry.stage_acts && !fits(base_blocks, geometry.tiles)) {
+        geometry.stage_acts = false;
+    }
     if (geometry.tiles == 2 && !fits(base_blocks, 2)) {
         geometry.tiles = 1;
     }

@@ -688,7 +688,7 @@ TEST_CASE("Fastest decode's column tiles per CTA follow NBITS_DECODE_TILES (1|2;
     CHECK_FALSE(tiles("3").decode_tiles.has_value());
 }
 
-TEST_CASE("Fastest decode stages the activations with the weights at M = 1 unless NBITS_DECODE_STAGE_ACTS=0")
+TEST_CASE("Fastest decode stages the activations with the weights up to M = 8 unless NBITS_DECODE_STAGE_ACTS=0")
 {
     auto stage_acts = [](const char* value) {
         return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
@@ -701,9 +701,16 @@ TEST_CASE("Fastest decode stages the activations with the weights at M = 1 unles
     CHECK(staged(fastest(node(4096, 128256), rows(1, DataType::BFloat16))));
     CHECK(staged(fastest(node(8192, 14336, 8), rows(1))));
     CHECK(staged(fastest(test::marked(node(8192, 28672), kGateUpSwigluAttr), rows(1))));
-    // Two or more rows, the RMS-norm prologue (its squares come from the loaded row) and a K of partial 16-byte
-    // pieces load the activations when they compute.
-    CHECK_FALSE(staged(fastest(node(4096, 128256), rows(2))));
+    CHECK(staged(fastest(node(4096, 128256), rows(2))));
+    // M = 2..8: the 8 rows of the batch tile, each 128 codes of a step plus 64 bytes of padding, in each of the 2
+    // stages of the 8 warps, beside 2 tiles x 2 row halves x 512 bytes of weights; then the partial sums of 2 tiles.
+    const KernelStep m8 = test::kernel_step(fastest(node(4096, 128256), rows(8)).plan(), 0);
+    CHECK(defines(m8, "NBITS_STAGE_ACTS=1"));
+    CHECK(defines(m8, "NBITS_TILES=2"));
+    CHECK(m8.config.dynamic_shared_bytes == 8 * 2 * (2 * 2 * 512 + 8 * (128 * 2 + 64)) + 2 * 8 * 8 * 32 * 4 + 16);
+    // Two batch tiles (M > 8), the RMS-norm prologue (its squares come from the loaded rows) and a K of partial
+    // 16-byte pieces load the activations when they compute.
+    CHECK_FALSE(staged(fastest(node(4096, 128256), rows(9))));
     test::Shapes normalized = rows(1);
     normalized.gamma = DataType::Float16;
     CHECK_FALSE(staged(fastest(test::marked(node(4096, 6144), kRmsNormPrologueAttr), normalized)));
