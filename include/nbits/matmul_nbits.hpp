@@ -101,10 +101,11 @@ struct PlanOverrides {
     // column group (1 or 2; the paired node always 1). Unset: 2 when the
     // groups fill the grid, else 1.
     std::optional<int> decode_tiles;
-    // 0: the single-row tensor-core decode kernels load each k step's
-    // activations when they compute it; 1 (and unset): the activations go
-    // through the cp.async ring with the weights (M = 1, no RMS-norm
-    // prologue, K a multiple of 8).
+    // 0: the tensor-core decode kernels load each k step's activations when
+    // they compute it; 1: the rows of A go through the cp.async ring with the
+    // weights wherever the kernel can (M <= 8, no RMS-norm prologue, K a
+    // multiple of 8). Unset: where it measured faster on the H200 (M = 1;
+    // M = 2..8 for one weight set of one column tile with K >= N).
     std::optional<int> decode_stage_acts;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();

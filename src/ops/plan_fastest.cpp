@@ -709,18 +709,25 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     geometry.chunks = fastest.m == 1 && !paired && config.bits == 4 && config.k > config.n ? 2 : 1;
     const std::size_t step = (config.bits == 4 ? 128 : 64) * static_cast<std::size_t>(geometry.chunks);
     const std::size_t steps = div_ceil(config.k, step);
-    // Rows of A staged with the weights (M <= 8, see kActRowStride in matmul_decode.cu): the single row, or the 8
-    // rows of the batch tile, each padded by the 8 * word codes its quads read.
-    geometry.stage_acts = fastest.m <= 8 && !rms && config.k % 8 == 0 &&
-                          fastest.request.context.overrides.decode_stage_acts.value_or(1) == 1;
-    const std::size_t word_codes = config.bits == 4 ? 8 : 4;
-    const std::size_t act_stage_bytes = fastest.m == 1 ? step * 2 : 8 * (step * 2 + 8 * word_codes);
     geometry.warps = steps >= 8 ? 8 : steps >= 4 ? 4 : steps >= 2 ? 2 : 1;
     const std::uint32_t base_blocks = 16 / geometry.warps;
     geometry.tiles = !paired && geometry.chunks == 1 && 10 * div_ceil(config.n, 32) >= 9 * sms * base_blocks ? 2 : 1;
-    if (const std::optional<int> tiles = fastest.request.context.overrides.decode_tiles) {
-        geometry.tiles = paired ? 1 : *tiles;
+    const std::optional<int> forced_tiles = fastest.request.context.overrides.decode_tiles;
+    if (forced_tiles) {
+        geometry.tiles = paired ? 1 : *forced_tiles;
     }
+    // Rows of A staged with the weights (M <= 8, see kActRowStride in matmul_decode.cu): the single row, or the 8
+    // rows of the batch tile, each padded by the 8 * word codes its quads read. Measured on the H200 against
+    // loading them as each step is computed (same run): M = 1 faster on every node (lm_head 80.7 -> 79.5 us,
+    // Llama-3-70B down 41.5 -> 39.4, 70B qkv 18.6 -> 16.7, 8B down 13.4 -> 11.6); at M = 8 faster where one
+    // weight set of one tile meets a K >= N (8B down 16.3 -> 15.6, 8B o 6.25 -> 5.76), slower elsewhere (the
+    // paired 70B gate/up 91.2 -> 98.3, 70B qkv 20.9 -> 22.4, lm_head 100.8 -> 102.9).
+    const std::optional<int> forced_stage_acts = fastest.request.context.overrides.decode_stage_acts;
+    const bool stage_acts_pays = fastest.m == 1 || (!paired && geometry.tiles == 1 && config.k >= config.n);
+    geometry.stage_acts = fastest.m <= 8 && !rms && config.k % 8 == 0 &&
+                          (forced_stage_acts ? *forced_stage_acts == 1 : stage_acts_pays);
+    const std::size_t word_codes = config.bits == 4 ? 8 : 4;
+    const std::size_t act_stage_bytes = fastest.m == 1 ? step * 2 : 8 * (step * 2 + 8 * word_codes);
     auto shared = [&](int tiles) {
         return decode_shared_bytes(geometry.stages, geometry.warps, tiles, geometry.chunks, m_tiles, sets, rms,
                                    geometry.stage_acts ? act_stage_bytes : 0);
@@ -735,11 +742,38 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     if (geometry.tiles == 2 && !fits(base_blocks, 2)) {
         geometry.tiles = 1;
     }
-    const std::size_t groups = div_ceil(config.n, 16 * static_cast<std::size_t>(geometry.tiles));
-    auto cost = [&](std::uint32_t blocks) {
-        const std::size_t ctas = std::min<std::size_t>(groups, sms * blocks);
-        return div_ceil(groups, ctas) * blocks;
+    // CTAs per SM for `tiles`: base_blocks (fewer where shared memory is short), or 1.5x that where it costs
+    // fewer CTA rounds times CTAs per SM (the time of a round grows with the CTAs sharing an SM).
+    struct Blocks {
+        std::uint32_t blocks;
+        std::size_t cost;
     };
+    auto choose_blocks = [&](int tiles) {
+        const std::size_t groups = div_ceil(config.n, 16 * static_cast<std::size_t>(tiles));
+        auto cost = [&](std::uint32_t blocks) {
+            const std::size_t ctas = std::min<std::size_t>(groups, sms * blocks);
+            return div_ceil(groups, ctas) * blocks;
+        };
+        std::uint32_t blocks = base_blocks;
+        while (blocks > 1 && !fits(blocks, tiles)) {
+            --blocks;
+        }
+        const std::uint32_t more = base_blocks + base_blocks / 2;
+        const bool few_accumulators = sets == 1 && tiles * m_tiles <= 2;
+        if (blocks == base_blocks && more > base_blocks && few_accumulators && fits(more, tiles) &&
+            cost(more) < cost(blocks)) {
+            blocks = more;
+        }
+        return Blocks{blocks, cost(blocks)};
+    };
+    // Two batch tiles (M = 9..16): one column tile a CTA where its rounds cost less, a one-tile group taking 0.6
+    // of a two-tile group's time (measured on the H200 at M = 16: lm_head 170.3 against 138.3 us for 31 against
+    // 16 rounds, Llama-3-70B down 70.6 against 60.6 for 2 against 1). Llama-3-70B qkv (320 two-tile groups on
+    // 264 CTAs: 2 rounds) then runs 3 rounds of 640 single-tile groups: 32.5 against 34.7 us.
+    if (m_tiles == 2 && geometry.tiles == 2 && !forced_tiles && fits(1, 1) &&
+        6 * choose_blocks(1).cost < 10 * choose_blocks(2).cost) {
+        geometry.tiles = 1;
+    }
     if (!fits(1, geometry.tiles)) {
         fail_unsupported(fmt::format(
             "the decode kernel needs {} bytes of shared memory per block for this node, but {} allows at most {}. "
@@ -747,18 +781,9 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
             "capability 8.0 or later, or KernelPolicy::Original",
             shared(geometry.tiles), device.name, device.max_shared_memory_per_block_optin, geometry.stages));
     }
-    std::uint32_t blocks = base_blocks;
-    while (blocks > 1 && !fits(blocks, geometry.tiles)) {
-        --blocks;
-    }
-    const std::uint32_t more = base_blocks + base_blocks / 2;
-    const bool few_accumulators = sets == 1 && geometry.tiles * m_tiles <= 2;
-    if (blocks == base_blocks && more > base_blocks && few_accumulators && fits(more, geometry.tiles) &&
-        cost(more) < cost(blocks)) {
-        blocks = more;
-    }
-    geometry.min_blocks = blocks;
-    geometry.grid = static_cast<std::uint32_t>(std::min<std::size_t>(groups, sms * blocks));
+    geometry.min_blocks = choose_blocks(geometry.tiles).blocks;
+    const std::size_t groups = div_ceil(config.n, 16 * static_cast<std::size_t>(geometry.tiles));
+    geometry.grid = static_cast<std::uint32_t>(std::min<std::size_t>(groups, sms * geometry.min_blocks));
     geometry.shared_bytes = shared(geometry.tiles);
     return geometry;
 }

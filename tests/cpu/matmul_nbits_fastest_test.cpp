@@ -517,13 +517,21 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     CHECK(qkv.config.dynamic_shared_bytes == 8 * 2 * (2 * 512 + 128 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
     CHECK(qkv.configure_shared_memory);
     // A third CTA per SM caps registers at 80: not for the paired node (Qwen2.5-7B gate/up, 1184 groups, would
-    // save a round) nor for two tiles of two batch tiles (Llama-3-70B qkv at M = 16).
+    // save a round) nor for two tiles of two batch tiles (lm_head at M = 16).
     const KernelStep paired =
         test::kernel_step(fastest(test::marked(node(3584, 18944), kGateUpSwigluAttr), rows(1)).plan(), 0);
     CHECK(defines(paired, "NBITS_MIN_BLOCKS=2"));
+    const KernelStep lm_head_m16 = test::kernel_step(fastest(node(4096, 128256), rows(16)).plan(), 0);
+    CHECK(defines(lm_head_m16, "NBITS_TILES=2"));
+    CHECK(defines(lm_head_m16, "NBITS_MIN_BLOCKS=2"));
+    // Two batch tiles take one column tile a CTA where its rounds cost less than 10/6 of two tiles' rounds:
+    // Llama-3-70B qkv, 320 two-tile groups on 264 CTAs (2 rounds) or 640 one-tile groups (3 rounds, 3 x 0.6 < 2);
+    // Llama-3-70B down keeps two (256 groups in 1 round against 512 in 2).
     const KernelStep qkv70_m16 = test::kernel_step(fastest(node(8192, 10240), rows(16)).plan(), 0);
-    CHECK(defines(qkv70_m16, "NBITS_TILES=2"));
+    CHECK(defines(qkv70_m16, "NBITS_TILES=1"));
     CHECK(defines(qkv70_m16, "NBITS_MIN_BLOCKS=2"));
+    CHECK(defines(test::kernel_step(fastest(node(28672, 8192), rows(16)).plan(), 0), "NBITS_TILES=2"));
+    CHECK(defines(test::kernel_step(fastest(node(8192, 10240), rows(8)).plan(), 0), "NBITS_TILES=2"));
     CHECK(defines(test::kernel_step(fastest(node(8192, 10240), rows(1)).plan(), 0), "NBITS_MIN_BLOCKS=3"));
     CHECK(defines(test::kernel_step(fastest(node(4096, 6144), rows(16)).plan(), 0), "NBITS_MIN_BLOCKS=3"));
     // lm_head: 4008 groups; a third CTA per SM saves no round per CTA (11 x 3 against 16 x 2), so two.
@@ -701,16 +709,28 @@ TEST_CASE("Fastest decode stages the activations with the weights up to M = 8 un
     CHECK(staged(fastest(node(4096, 128256), rows(1, DataType::BFloat16))));
     CHECK(staged(fastest(node(8192, 14336, 8), rows(1))));
     CHECK(staged(fastest(test::marked(node(8192, 28672), kGateUpSwigluAttr), rows(1))));
-    CHECK(staged(fastest(node(4096, 128256), rows(2))));
-    // M = 2..8: the 8 rows of the batch tile, each 128 codes of a step plus 64 bytes of padding, in each of the 2
+    // M = 2..8 where one weight set of one column tile meets K >= N (Llama-3-8B down and o); not for two tiles
+    // (lm_head, Llama-3-70B down), the paired node or N > K (Llama-3-8B qkv), unless forced.
+    CHECK(staged(fastest(node(14336, 4096), rows(2))));
+    CHECK(staged(fastest(node(4096, 4096), rows(8))));
+    CHECK_FALSE(staged(fastest(node(4096, 128256), rows(2))));
+    CHECK_FALSE(staged(fastest(node(28672, 8192), rows(8))));
+    CHECK_FALSE(staged(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(8))));
+    CHECK_FALSE(staged(fastest(node(4096, 6144), rows(8))));
+    // Forced: the 8 rows of the batch tile, each 128 codes of a step plus 64 bytes of padding, in each of the 2
     // stages of the 8 warps, beside 2 tiles x 2 row halves x 512 bytes of weights; then the partial sums of 2 tiles.
-    const KernelStep m8 = test::kernel_step(fastest(node(4096, 128256), rows(8)).plan(), 0);
+    test::Problem forced = fastest(node(4096, 128256), rows(8));
+    forced.context.overrides = stage_acts("1");
+    const KernelStep m8 = test::kernel_step(forced.plan(), 0);
     CHECK(defines(m8, "NBITS_STAGE_ACTS=1"));
     CHECK(defines(m8, "NBITS_TILES=2"));
     CHECK(m8.config.dynamic_shared_bytes == 8 * 2 * (2 * 2 * 512 + 8 * (128 * 2 + 64)) + 2 * 8 * 8 * 32 * 4 + 16);
     // Two batch tiles (M > 8), the RMS-norm prologue (its squares come from the loaded rows) and a K of partial
-    // 16-byte pieces load the activations when they compute.
-    CHECK_FALSE(staged(fastest(node(4096, 128256), rows(9))));
+    // 16-byte pieces load the activations when they compute, forced or not.
+    CHECK_FALSE(staged(fastest(node(4096, 4096), rows(9))));
+    test::Problem forced_m9 = fastest(node(4096, 4096), rows(9));
+    forced_m9.context.overrides = stage_acts("1");
+    CHECK_FALSE(staged(forced_m9));
     test::Shapes normalized = rows(1);
     normalized.gamma = DataType::Float16;
     CHECK_FALSE(staged(fastest(test::marked(node(4096, 6144), kRmsNormPrologueAttr), normalized)));
