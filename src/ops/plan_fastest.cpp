@@ -795,11 +795,17 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
 // after its last CTA and a launch gap. Measured on the H200 (M = 1, graph
 // replays, same run): Llama-3-8B qkv 7.81 -> 6.93 us, down 14.20 -> 13.39,
 // Llama-3-70B down 43.38 -> 42.66, lm_head 81.38 -> 80.89; faster on every
-// M = 1 and M = 8 node of the sweep, on 17 of 21 at M = 16.
+// M = 1 and M = 8 node of the sweep, on 17 of 21 at M = 16. Not for int8
+// weights unless NBITS_DECODE_PDL=1: there it ran much slower (M = 1, same
+// run: lm_head 164.5 against 135.9 us, Llama-3-70B gate/up 156.1 against
+// 124.6, down 77.2 against 62.8), most likely because its fewer registers
+// let a third CTA fit an SM, so CTAs launched early pile onto the SMs that
+// free first instead of spreading two an SM.
 bool decode_programmatic(const FastestRequest& fastest)
 {
     const PlanContext& context = fastest.request.context;
-    return context.overrides.decode_programmatic.value_or(1) == 1 && context.capabilities.compute_major >= 9;
+    const std::optional<int> forced = context.overrides.decode_programmatic;
+    return (forced ? *forced == 1 : fastest.request.config.bits == 4) && context.capabilities.compute_major >= 9;
 }
 
 // M <= 16: matmul_decode.cu, one pass over the weights for all rows, with the

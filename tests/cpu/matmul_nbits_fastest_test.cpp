@@ -624,7 +624,7 @@ TEST_CASE("Fastest keeps the original's int4 down-projection GEMV only where the
     CHECK(entries(fastest(node(4864, 896), rows(2)).plan()) == std::vector<std::string>{"nbits_decode_matmul"});
 }
 
-TEST_CASE("Fastest decode on sm_90 launches as a programmatic dependent of the kernel before it (NBITS_DECODE_PDL)")
+TEST_CASE("Fastest int4 decode on sm_90 launches as a programmatic dependent of the kernel before it (NBITS_DECODE_PDL)")
 {
     const KernelStep lm_head = test::kernel_step(fastest(node(4096, 128256), rows(1)).plan(), 0);
     CHECK(lm_head.config.programmatic_dependent);
@@ -645,6 +645,11 @@ TEST_CASE("Fastest decode on sm_90 launches as a programmatic dependent of the k
     CHECK_FALSE(defines(test::kernel_step(off.plan(), 0), "NBITS_PROGRAMMATIC=1"));
     CHECK(decode_pdl("1").decode_programmatic == 1);
     CHECK_FALSE(decode_pdl("2").decode_programmatic.has_value());
+    // int8 weights launch plainly unless NBITS_DECODE_PDL=1 asks for it.
+    CHECK_FALSE(test::kernel_step(fastest(node(4096, 128256, 8), rows(1)).plan(), 0).config.programmatic_dependent);
+    test::Problem int8_on = fastest(node(4096, 128256, 8), rows(1));
+    int8_on.context.overrides = decode_pdl("1");
+    CHECK(test::kernel_step(int8_on.plan(), 0).config.programmatic_dependent);
     CHECK_FALSE(decode_pdl("on").decode_programmatic.has_value());
     // Not before sm_90 (no griddepcontrol), not on CUDA cores, not for prefill, not under the original policy.
     CHECK_FALSE(test::kernel_step(fastest(node(4096, 128256), rows(1), Capabilities::a100()).plan(), 0)
