@@ -899,13 +899,14 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     }
     step.grid(grid).block(32 * warps).add_to(plan, fastest.request);
     set_variant(plan, paired ? "nbits_decode_gate_up" : "nbits_decode",
-                [m, warps, grid, tiles, f32, programmatic, normalized = fastest.gamma != nullptr] {
+                [m, warps, grid, tiles, f32, programmatic, stage_acts, normalized = fastest.gamma != nullptr] {
                     return fmt::format("M={} decode{}: one pass over the weights for every row on {} ({} warps split "
-                                       "K, {} CTAs over {}-column groups), specialised on K, bits, block size and "
+                                       "K, {} CTAs over {}-column groups{}), specialised on K, bits, block size and "
                                        "zero points{}",
                                        m, normalized ? " with the RMS norm fused" : "",
                                        f32 ? "CUDA cores" : "tensor cores with exact codes and fp32 block scales",
                                        warps, grid, 16 * tiles,
+                                       stage_acts ? ", the rows of A staged with the weights" : "",
                                        programmatic ? "; a programmatic dependent of the kernel before it" : "");
                 });
     record_bias_stage(plan, o.has_bias(), config.fold_bias_post_round);
