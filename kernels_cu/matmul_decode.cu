@@ -36,10 +36,11 @@
 //     M <= 8 * NBITS_M_TILES (M = 1 with NBITS_SINGLE_ROW); NBITS_WARPS <= ceil(K / k_step), k_step = 128
 //     codes (int4) or 64 (int8) times NBITS_CHUNKS (a static_assert checks);
 //     dynamic shared memory sizeof(TcShared) = 16-byte rounded sum of
-//       warps * NBITS_STAGES * sets * tiles * chunks * 2 * 512   (the cp.async rings)
-//       2 * sets * tiles * m_tiles * 4 * warps * 32 * 4          (partial sums)
-//       2 * (rms ? warps * 8 * m_tiles : 1) * 4                  (RMS squares)
-//     (less traps).
+//       warps * NBITS_STAGES * (sets * tiles * chunks * 2 * 512 + act)  (the cp.async rings)
+//       2 * sets * tiles * m_tiles * 4 * warps * 32 * 4                  (partial sums)
+//       2 * (rms ? warps * 8 * m_tiles : 1) * 4                          (RMS squares)
+//     (less traps), act = 0, or with NBITS_STAGE_ACTS the staged rows of A:
+//     k_step * 2 at M = 1, else 8 * (k_step * 2 + 8 * codes a 32-bit word holds).
 //   fp32: grid = ceil(N / (NBITS_WARPS * NBITS_COLS_PER_WARP)); M <= NBITS_MAX_M; no dynamic shared memory.
 // Pointer alignment (bytes) the loads need is noted at each parameter: a and
 // gamma 16, b 16 (8 suffices for int4 block 16 with an odd block count),
