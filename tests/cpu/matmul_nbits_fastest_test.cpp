@@ -560,13 +560,17 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     const test::Problem refused = fastest(node(4096, 128256), rows(16), small);
     CHECK(test::error_kind(refused) == ErrorKind::Unsupported);
     CHECK_THROWS_WITH_AS(refused.plan(), doctest::Contains("decode kernel needs"), Error);
+    // The staged rows of A give way where two CTAs of them would not fit an SM (sm_86: 100 KiB an SM).
+    CHECK(defines(test::kernel_step(fastest(node(14336, 4096), rows(8)).plan(), 0), "NBITS_STAGE_ACTS=1"));
+    CHECK(defines(test::kernel_step(fastest(node(14336, 4096), rows(8), Capabilities::sm86_28()).plan(), 0),
+                  "NBITS_STAGE_ACTS=0"));
     // Every device's plan fits its SMs' shared memory min_blocks times over (1 KiB reserved per block).
     for (const Capabilities& device : {Capabilities::h200(), Capabilities::rtx4090(), Capabilities::l4(),
                                        Capabilities::sm86_28(), Capabilities::a100(), Capabilities::rtx5090()}) {
-        for (std::size_t m : {1, 16}) {
-            for (bool paired : {false, true}) {
-                const NodeAttributes attributes =
-                    paired ? test::marked(node(4096, 14336), kGateUpSwigluAttr) : node(4096, 128256);
+        for (std::size_t m : {1, 8, 16}) {
+            for (const NodeAttributes& attributes :
+                 {node(4096, 128256), test::marked(node(4096, 14336), kGateUpSwigluAttr), node(14336, 4096)}) {
+                const bool paired = attributes.has(kGateUpSwigluAttr);
                 const KernelStep step = test::kernel_step(fastest(attributes, rows(m), device).plan(), 0);
                 std::uint32_t blocks = 0;
                 for (std::uint32_t b = 1; b <= 6; ++b) {
