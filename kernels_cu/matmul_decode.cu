@@ -925,16 +925,6 @@ __device__ __forceinline__ void ldmatrix_x4(u32 row, u32 (&q)[4])
                  : "memory");
 }
 
-__device__ __forceinline__ uint4 ld_shared16(u32 address)
-{
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(address)
-                 : "memory");
-    return v;
-}
-
 // BYTES (8 or 16) bytes of shared memory into 32-bit words.
 template <int BYTES>
 __device__ __forceinline__ void ld_shared_words(u32 address, u32 (&out)[BYTES / 4])
@@ -948,6 +938,13 @@ __device__ __forceinline__ void ld_shared_words(u32 address, u32 (&out)[BYTES / 
     } else {
         asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(out[0]), "=r"(out[1]) : "r"(address) : "memory");
     }
+}
+
+__device__ __forceinline__ uint4 ld_shared16(u32 address)
+{
+    u32 w[4];
+    ld_shared_words<16>(address, w);
+    return uint4{w[0], w[1], w[2], w[3]};
 }
 
 // Shared address of chunk position `position` of slot `slot` in a stage.

@@ -743,10 +743,12 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
         geometry.tiles = 1;
     }
     // CTAs per SM for `tiles`: base_blocks (fewer where shared memory is short), or 1.5x that where it costs
-    // fewer CTA rounds times CTAs per SM (the time of a round grows with the CTAs sharing an SM).
+    // fewer CTA rounds times CTAs per SM (the time of a round grows with the CTAs sharing an SM); with the grid
+    // that walks the column groups.
     struct Blocks {
         std::uint32_t blocks;
         std::size_t cost;
+        std::size_t grid;
     };
     auto choose_blocks = [&](int tiles) {
         const std::size_t groups = div_ceil(config.n, 16 * static_cast<std::size_t>(tiles));
@@ -764,7 +766,7 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
             cost(more) < cost(blocks)) {
             blocks = more;
         }
-        return Blocks{blocks, cost(blocks)};
+        return Blocks{blocks, cost(blocks), std::min<std::size_t>(groups, sms * blocks)};
     };
     // Two batch tiles (M = 9..16): one column tile a CTA where its rounds cost less, a one-tile group taking 0.6
     // of a two-tile group's time (measured on the H200 at M = 16: lm_head 170.3 against 138.3 us for 31 against
@@ -781,9 +783,9 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
             "capability 8.0 or later, or KernelPolicy::Original",
             shared(geometry.tiles), device.name, device.max_shared_memory_per_block_optin, geometry.stages));
     }
-    geometry.min_blocks = choose_blocks(geometry.tiles).blocks;
-    const std::size_t groups = div_ceil(config.n, 16 * static_cast<std::size_t>(geometry.tiles));
-    geometry.grid = static_cast<std::uint32_t>(std::min<std::size_t>(groups, sms * geometry.min_blocks));
+    const Blocks chosen = choose_blocks(geometry.tiles);
+    geometry.min_blocks = chosen.blocks;
+    geometry.grid = static_cast<std::uint32_t>(chosen.grid);
     geometry.shared_bytes = shared(geometry.tiles);
     return geometry;
 }
