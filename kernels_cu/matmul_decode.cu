@@ -36,7 +36,6 @@
 //     M <= 8 * NBITS_M_TILES (M = 1 with NBITS_SINGLE_ROW); NBITS_WARPS <= ceil(K / k_step), k_step = 128
 //     codes (int4) or 64 (int8) times NBITS_CHUNKS (a static_assert checks);
 //     dynamic shared memory sizeof(TcShared) = 16-byte rounded sum of
-//       segment sums, 16-byte rounded (NBITS_BIASED_CODES: (zp ? 2 : 1) * 4 * k_steps * k_step / segment codes)
 //       warps * NBITS_STAGES * (sets * tiles * chunks * 2 * 512 + act)  (the cp.async rings)
 //       2 * sets * tiles * m_tiles * 4 * warps * 32 * 4                  (partial sums)
 //       2 * (rms ? warps * 8 * m_tiles : 1) * 4                          (RMS squares)
@@ -109,10 +108,6 @@
 
 #ifndef NBITS_STAGE_ACTS  // tensor cores, 1: the rows of A go through the cp.async ring with the weights (M <= 8)
 #define NBITS_STAGE_ACTS 0
-#endif
-
-#ifndef NBITS_BIASED_CODES  // tensor cores, 1: codes enter the mma with their conversion bias, removed per block by A's sums (M = 1)
-#define NBITS_BIASED_CODES 0
 #endif
 
 #ifndef NBITS_PROGRAMMATIC  // 1: launched as a programmatic dependent of the previous kernel (sm_90+), see tc_run
@@ -585,54 +580,6 @@ struct Codes<true, 8> {
     }
 };
 
-// Biased codes (NBITS_BIASED_CODES): the same pairs as Codes, left at the
-// magic number's bias, bias + q for code k with bias kEven for even k and
-// kOdd for odd k, so a word costs only its masks. Exact in T; the mma then
-// multiplies bias + q, and sum_k (bias_k + zp) a_k, the same for every column,
-// is subtracted from its fp32 result (see tc_segment_sums).
-template <bool BF16, int BITS>
-struct BiasedCodes {  // bf16 int8 has none: 8 mantissa bits cannot hold bias + q (see the static_assert on kBiased)
-    static constexpr float kEven = 0.0f, kOdd = 0.0f;
-    __device__ static void word(u32 q, u32 (&w)[16 / BITS]);
-};
-
-// fp16 int4: the low nibble of a byte (even k) under 0x6400 is 1024 + q, the
-// high nibble (odd k) left in place under 0x5400 (64, ulp 1/16) is 64 + q.
-template <>
-struct BiasedCodes<false, 4> {
-    static constexpr float kEven = 1024.0f, kOdd = 64.0f;
-    __device__ __forceinline__ static void word(u32 q, u32 (&w)[4])
-    {
-        const u32 q8 = q >> 8;
-        w[0] = lop_and_or(q, 0x000f000fu, 0x64006400u);
-        w[1] = lop_and_or(q, 0x00f000f0u, 0x54005400u);
-        w[2] = lop_and_or(q8, 0x000f000fu, 0x64006400u);
-        w[3] = lop_and_or(q8, 0x00f000f0u, 0x54005400u);
-    }
-};
-
-template <>
-struct BiasedCodes<true, 4> {
-    static constexpr float kEven = 128.0f, kOdd = 128.0f;
-    __device__ __forceinline__ static void word(u32 q, u32 (&w)[4])
-    {
-        w[0] = lop_and_or(q, 0x000f000fu, 0x43004300u);
-        w[1] = lop_and_or(q >> 4, 0x000f000fu, 0x43004300u);
-        w[2] = lop_and_or(q >> 8, 0x000f000fu, 0x43004300u);
-        w[3] = lop_and_or(q >> 12, 0x000f000fu, 0x43004300u);
-    }
-};
-
-template <>
-struct BiasedCodes<false, 8> {
-    static constexpr float kEven = 1024.0f, kOdd = 1024.0f;
-    __device__ __forceinline__ static void word(u32 q, u32 (&w)[2])
-    {
-        w[0] = __byte_perm(q, 0x64646464u, 0x4140);
-        w[1] = __byte_perm(q, 0x64646464u, 0x4342);
-    }
-};
-
 // The word's codes as floats q - zp (exact), in k order.
 __device__ __forceinline__ void dequant_word_f32(u32 q, float zero_magic, float (&d)[kWordCodes])
 {
@@ -926,24 +873,6 @@ constexpr int kActRows = kSingleRow ? 1 : 8;
 constexpr int kActRowStride = kSingleRow ? kStepCodes * 2 : kStepCodes * 2 + 8 * kWordCodes;
 constexpr int kActPiecesPerRow = kStepCodes * 2 / 16;
 constexpr int kActStageBytes = kStageActs ? kActRows * kActRowStride : 0;
-
-// ------------------------------------------------------------ biased codes
-// With NBITS_BIASED_CODES the mmas of a segment (the kSlotsPerBlock chunks one
-// fp32 chain covers, inside one block) take BiasedCodes, and the segment's
-// bias term sum_k (bias_k + zp) a_k = P + zp S, with P = sum_k bias_k a_k and
-// S = sum_k a_k, is subtracted from the chain's result before the scale. It
-// is the same for every column, so each CTA computes it once for the row of A
-// (tc_segment_sums): P + 8 S (int4) or P + 128 S (int8) when symmetric, P and
-// S with zero points. The subtraction cancels about bias * sum a in fp32: an
-// error near 2^-24 * 1024 * sum |a| a segment, far below T's rounding of a
-// dequantised weight; it saves every word its subtractions (fp16 int4: 9 -> 5
-// instructions a word).
-constexpr bool kBiased = NBITS_BIASED_CODES != 0;
-static_assert(!kBiased || (kExact && kSingleRow && !kRms && !(kBf16 && kBits == 8)),
-              "NBITS_BIASED_CODES needs exact mode, M = 1 (NBITS_SINGLE_ROW), no RMS norm and not bf16 int8");
-constexpr int kSegmentCodes = kSlotsPerBlock * kChunkCodes;
-constexpr int kSegments = kSteps * kStepCodes / kSegmentCodes;
-constexpr int kSegmentTables = kHasZp ? 2 : 1;
 template <int NSETS>
 __host__ __device__ constexpr int stage_bytes() { return weight_stage_bytes<NSETS>() + kActStageBytes; }
 
@@ -1024,16 +953,15 @@ __device__ __forceinline__ u32 chunk_address(u32 stage, int slot, int position)
     return stage + (u32)(16 * (32 * slot + position));
 }
 
-// Runs prologue(), then compute(frag, stage, j) for j = 0 .. count - 1, with
-// the loads of items j + 1 .. j + kStages - 1 in flight: load(frag, stage, j) issues item j's
+// Runs compute(frag, stage, j) for j = 0 .. count - 1 with the loads of items
+// j + 1 .. j + kStages - 1 in flight: load(frag, stage, j) issues item j's
 // cp.async copies into `stage` and its metadata loads into `frag`, and every
 // item is one cp.async group (empty past the end), so waiting until
 // kStages - 1 groups are pending means item j has landed. The ring index is a
 // compile-time constant in the unrolled body, so the fragments stay in
 // registers.
-template <class Frag, class Load, class Prologue, class Compute>
-__device__ __forceinline__ void staged_steps(
-    int count, Frag (&frags)[kStages], Load load, Prologue prologue, Compute compute)
+template <class Frag, class Load, class Compute>
+__device__ __forceinline__ void staged_steps(int count, Frag (&frags)[kStages], Load load, Compute compute)
 {
 #pragma unroll
     for (int u = 0; u < kStages - 1; ++u) {
@@ -1042,7 +970,6 @@ __device__ __forceinline__ void staged_steps(
         }
         cp_async_commit();
     }
-    prologue();  // while the first items' loads are in flight
 #pragma unroll 1
     for (int j0 = 0; j0 < count; j0 += kStages) {
 #pragma unroll
@@ -1230,48 +1157,6 @@ __device__ __forceinline__ void load_b_word(
     }
 }
 
-// The bias terms of every segment of the row of A (NBITS_BIASED_CODES) into
-// `sums`, zeros past K: thread p of a pass sums word piece p (kWordCodes
-// codes; a piece never straddles a segment), and the lanes of one segment
-// meet by shuffles. Every thread of the CTA calls it.
-__device__ __forceinline__ void tc_segment_sums(float (&sums)[kSegmentTables][kSegments], const u16* row)
-{
-    typedef BiasedCodes<kBf16, kBits> Biased;
-    constexpr int kPiecesPerSegment = kSegmentCodes / kWordCodes;
-    constexpr int kPieces = kSegments * kPiecesPerSegment;
-    static_assert(32 % kPiecesPerSegment == 0, "a segment's pieces lie in one warp");
-#pragma unroll 1
-    for (int base = 0; base < kPieces; base += kThreads) {
-        const int p = base + (int)threadIdx.x;
-        float bias_sum = 0.0f, sum = 0.0f;
-        if (p < kPieces) {
-            u32 nat[kPairs];
-            load_act_word<true>(row, p * kWordCodes, nat);
-#pragma unroll
-            for (int i = 0; i < kPairs; ++i) {
-                const float even = lo_float<kBf16>(nat[i]);
-                const float odd = hi_float<kBf16>(nat[i]);
-                bias_sum = fmaf(Biased::kOdd, odd, fmaf(Biased::kEven, even, bias_sum));
-                sum += even + odd;
-            }
-        }
-#pragma unroll
-        for (int d = 1; d < kPiecesPerSegment; d *= 2) {
-            bias_sum += __shfl_xor_sync(0xffffffffu, bias_sum, d);
-            sum += __shfl_xor_sync(0xffffffffu, sum, d);
-        }
-        if (p < kPieces && p % kPiecesPerSegment == 0) {
-            const int segment = p / kPiecesPerSegment;
-            if constexpr (kHasZp) {
-                sums[0][segment] = bias_sum;
-                sums[1][segment] = sum;
-            } else {
-                sums[0][segment] = fmaf((float)kDefaultZp, sum, bias_sum);
-            }
-        }
-    }
-}
-
 // Scale i of a packed set as a float, converted straight from its half of
 // the register (no shift to isolate it first).
 __device__ __forceinline__ float scale_float(const float (&s)[kScaleRegs], int i) { return s[i]; }
@@ -1285,7 +1170,7 @@ __device__ __forceinline__ float scale_float(const u32 (&s)[kScaleRegs], int i)
 template <bool TAIL, int NSETS>
 __device__ __forceinline__ void tc_compute(
     const TcFrag<NSETS>& f, u32 stage, float (&acc)[NSETS][kTiles][kMTiles][4], float (&ss)[kMTiles],
-    const TcActs& act, const float* segment_sums, int lane, int step)
+    const TcActs& act, int lane, int step)
 {
     const int t = lane & 3;
     // Shared address of the staged activations of code k of this step.
@@ -1300,20 +1185,6 @@ __device__ __forceinline__ void tc_compute(
 #pragma unroll
             for (int w = 0; w < 4; ++w) {
                 load_b_word<TAIL>(act, kc + w * kChunkCodes, staged(kc + w * kChunkCodes), ss, x[w]);
-            }
-            // Biased codes: the bias terms of the chunk's segments, shared by every tile and weight set.
-            float segment_bias[kScalesPerChunk], segment_sum[kScalesPerChunk];
-#pragma unroll
-            for (int i = 0; i < kScalesPerChunk; ++i) {
-                segment_bias[i] = segment_sum[i] = 0.0f;
-                if constexpr (kBiased) {
-                    const int segment =
-                        (step * kStepCodes + (4 * r + i * kSlotsPerBlock) * kChunkCodes) / kSegmentCodes;
-                    segment_bias[i] = segment_sums[segment];
-                    if constexpr (kHasZp) {
-                        segment_sum[i] = segment_sums[kSegments + segment];
-                    }
-                }
             }
 
 #pragma unroll
@@ -1332,19 +1203,8 @@ __device__ __forceinline__ void tc_compute(
                     for (int i = 0; i < kScalesPerChunk; ++i) {
                         const int blk0 = scale_block(step, r, t, 0);
                         Codes<kBf16, kBits> ca, cb;
-                        // The segment's bias term of rows g and g + 8 (biased codes).
-                        float bias_a = segment_bias[i], bias_b = segment_bias[i];
-                        if constexpr (kBiased) {
-                            if constexpr (kHasZp) {
-                                bias_a = fmaf((float)zero_point_at(f.z[set][j][0][r], blk0, i), segment_sum[i],
-                                              bias_a);
-                                bias_b = fmaf((float)zero_point_at(f.z[set][j][1][r], blk0, i), segment_sum[i],
-                                              bias_b);
-                            }
-                        } else {
-                            ca.set(zero_point_at(f.z[set][j][0][r], blk0, i));
-                            cb.set(zero_point_at(f.z[set][j][1][r], blk0, i));
-                        }
+                        ca.set(zero_point_at(f.z[set][j][0][r], blk0, i));
+                        cb.set(zero_point_at(f.z[set][j][1][r], blk0, i));
                         float c[kMTiles][4];
 #pragma unroll
                         for (int mt = 0; mt < kMTiles; ++mt)
@@ -1354,13 +1214,8 @@ __device__ __forceinline__ void tc_compute(
                         for (int ws = 0; ws < kSlotsPerBlock; ++ws) {
                             const int w = i * kSlotsPerBlock + ws;
                             u32 wa[kPairs], wb[kPairs];
-                            if constexpr (kBiased) {
-                                BiasedCodes<kBf16, kBits>::word(qa[w], wa);
-                                BiasedCodes<kBf16, kBits>::word(qb[w], wb);
-                            } else {
-                                ca.word(qa[w], wa);
-                                cb.word(qb[w], wb);
-                            }
+                            ca.word(qa[w], wa);
+                            cb.word(qb[w], wb);
 #pragma unroll
                             for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -1372,8 +1227,8 @@ __device__ __forceinline__ void tc_compute(
                         const float sb = scale_float(f.s[set][j][1][r], i);
 #pragma unroll
                         for (int mt = 0; mt < kMTiles; ++mt) {
-                            acc[set][j][mt][0] = fmaf(sa, c[mt][0] - bias_a, acc[set][j][mt][0]);
-                            acc[set][j][mt][2] = fmaf(sb, c[mt][2] - bias_b, acc[set][j][mt][2]);
+                            acc[set][j][mt][0] = fmaf(sa, c[mt][0], acc[set][j][mt][0]);
+                            acc[set][j][mt][2] = fmaf(sb, c[mt][2], acc[set][j][mt][2]);
                             if constexpr (!kSingleRow) {  // elements 1 and 3 hold the odd batch rows
                                 acc[set][j][mt][1] = fmaf(sa, c[mt][1], acc[set][j][mt][1]);
                                 acc[set][j][mt][3] = fmaf(sb, c[mt][3], acc[set][j][mt][3]);
@@ -1432,14 +1287,8 @@ __device__ __forceinline__ void tc_compute(
 // is on. The shared arrays alternate between groups so that one barrier a
 // group suffices.
 constexpr int kVals = kTiles * kMTiles * 4;
-template <bool BIASED>
-struct TcSegmentSums {};
-template <>
-struct TcSegmentSums<true> {
-    float segment_sums[kSegmentTables][kSegments];  // P + zp S (symmetric), or P and S
-};
 template <int NSETS>
-struct TcShared : TcSegmentSums<kBiased> {
+struct TcShared {
     uint4 stages[kWarps][kStages][stage_bytes<NSETS>() / 16];
     float partial[2][NSETS][kVals][kWarps][32];
     float squares[2][kRms ? kWarps : 1][kRms ? 8 * kMTiles : 1];
@@ -1642,10 +1491,6 @@ __device__ __forceinline__ void tc_run(
             }
         }
     };
-    const float* segment_sums = nullptr;
-    if constexpr (kBiased) {
-        segment_sums = &shared.segment_sums[0][0];
-    }
     auto compute = [&](const TcFrag<NSETS>& f, int stage, int) {
         const int group = next_compute.group;
         const int step = warp + next_compute.index * kWarps;
@@ -1653,10 +1498,10 @@ __device__ __forceinline__ void tc_run(
         advance(next_compute);
         const u32 at = ring + (u32)(stage * stage_bytes<NSETS>());
         if (step < kFullSteps) {
-            tc_compute<false>(f, at, acc, ss, act, segment_sums, lane, step);
+            tc_compute<false>(f, at, acc, ss, act, lane, step);
         } else if constexpr (kHasTail) {
             if (step < kSteps) {
-                tc_compute<true>(f, at, acc, ss, act, segment_sums, lane, step);
+                tc_compute<true>(f, at, acc, ss, act, lane, step);
             }
         }
         if (last) {
@@ -1666,15 +1511,8 @@ __device__ __forceinline__ void tc_run(
             clear();
         }
     };
-    // Biased codes: the row's segment sums, computed while the first loads fly.
-    auto prologue = [&]() {
-        if constexpr (kBiased) {
-            tc_segment_sums(shared.segment_sums, act.row[0]);
-            __syncthreads();
-        }
-    };
     TcFrag<NSETS> frags[kStages];
-    staged_steps(my_groups * steps, frags, load, prologue, compute);
+    staged_steps(my_groups * steps, frags, load, compute);
 }
 
 #endif  // tensor cores

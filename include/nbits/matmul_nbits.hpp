@@ -60,9 +60,8 @@ struct MatMulNBitsConfig {
 // as aliases), NBITS_PREFILL_SPLIT_K (1..8), NBITS_PREFILL_WGMMA_TILE_N
 // (128|256) and NBITS_PREFILL_WGMMA_MIN_M (17..65) for Fastest's fused
 // prefill GEMM, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4),
-// NBITS_DECODE_TILES (1|2), NBITS_DECODE_STAGE_ACTS (0|1) and
-// NBITS_DECODE_BIASED_CODES (0|1) for its decode kernels. Other values are
-// ignored.
+// NBITS_DECODE_TILES (1|2) and NBITS_DECODE_STAGE_ACTS (0|1) for its decode
+// kernels. Other values are ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
 inline constexpr const char* kDownColumnsAliasEnv = "ONNX_GENAI_DOWN_COLS";
@@ -74,7 +73,6 @@ inline constexpr const char* kDecodeProgrammaticEnv = "NBITS_DECODE_PDL";
 inline constexpr const char* kDecodeStagesEnv = "NBITS_DECODE_STAGES";
 inline constexpr const char* kDecodeTilesEnv = "NBITS_DECODE_TILES";
 inline constexpr const char* kDecodeStageActsEnv = "NBITS_DECODE_STAGE_ACTS";
-inline constexpr const char* kDecodeBiasedCodesEnv = "NBITS_DECODE_BIASED_CODES";
 
 struct PlanOverrides {
     std::optional<int> down_columns;
@@ -110,12 +108,6 @@ struct PlanOverrides {
     // multiple of 8). Unset: where it measured faster on the H200 (M = 1;
     // M = 2..8 for one weight set of one column tile with K >= N).
     std::optional<int> decode_stage_acts;
-    // 0: the M = 1 tensor-core decode kernels subtract each block's zero
-    // point from every code before the mma; 1: the codes enter the mma at the
-    // bias of their conversion, and a per-block sum over A removes it from the
-    // fp32 result (exact mode: int4 from block 32 on and int8; no RMS-norm
-    // prologue; not bf16 int8). Unset: 1 wherever the kernel can.
-    std::optional<int> decode_biased_codes;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
     // The same rules over given values (nullopt: unset). DOWN_COLS must be
@@ -123,7 +115,7 @@ struct PlanOverrides {
     // optional '+' ("+4" and "04" count): ACC4_WARPS 1, 2, 4 or 8,
     // PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256,
     // PREFILL_WGMMA_MIN_M 17 to 65, DECODE_PDL 0 or 1, DECODE_STAGES 2 to 4, DECODE_TILES 1 or 2,
-    // DECODE_STAGE_ACTS 0 or 1, DECODE_BIASED_CODES 0 or 1.
+    // DECODE_STAGE_ACTS 0 or 1.
     static PlanOverrides parse(const std::optional<std::string>& down_columns,
                                const std::optional<std::string>& accuracy4_warps,
                                const std::optional<std::string>& prefill_split_k = std::nullopt,
@@ -132,8 +124,7 @@ struct PlanOverrides {
                                const std::optional<std::string>& decode_programmatic = std::nullopt,
                                const std::optional<std::string>& decode_stages = std::nullopt,
                                const std::optional<std::string>& decode_tiles = std::nullopt,
-                               const std::optional<std::string>& decode_stage_acts = std::nullopt,
-                               const std::optional<std::string>& decode_biased_codes = std::nullopt);
+                               const std::optional<std::string>& decode_stage_acts = std::nullopt);
 };
 
 // What the plan may know about the machine, injected so that it stays pure.

@@ -220,8 +220,7 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
                                    const std::optional<std::string>& decode_programmatic,
                                    const std::optional<std::string>& decode_stages,
                                    const std::optional<std::string>& decode_tiles,
-                                   const std::optional<std::string>& decode_stage_acts,
-                                   const std::optional<std::string>& decode_biased_codes)
+                                   const std::optional<std::string>& decode_stage_acts)
 {
     PlanOverrides overrides;
     // The original matches the exact strings "8", "4" and "2" (no sign, no padding).
@@ -244,7 +243,6 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
     overrides.decode_stages = accepted(decode_stages, [](std::uint32_t stages) { return stages >= 2 && stages <= 4; });
     overrides.decode_tiles = accepted(decode_tiles, [](std::uint32_t tiles) { return tiles == 1 || tiles == 2; });
     overrides.decode_stage_acts = accepted(decode_stage_acts, [](std::uint32_t on) { return on <= 1; });
-    overrides.decode_biased_codes = accepted(decode_biased_codes, [](std::uint32_t on) { return on <= 1; });
     return overrides;
 }
 
@@ -258,7 +256,7 @@ PlanOverrides PlanOverrides::from_environment()
     return parse(first(kDownColumnsEnv, kDownColumnsAliasEnv), first(kAccuracy4WarpsEnv, kAccuracy4WarpsAliasEnv),
                  environment(kPrefillSplitKEnv), environment(kPrefillWgmmaTileNEnv), environment(kPrefillWgmmaMinMEnv),
                  environment(kDecodeProgrammaticEnv), environment(kDecodeStagesEnv),
-                 environment(kDecodeTilesEnv), environment(kDecodeStageActsEnv), environment(kDecodeBiasedCodesEnv));
+                 environment(kDecodeTilesEnv), environment(kDecodeStageActsEnv));
 }
 
 MatMulNBits::MatMulNBits(std::shared_ptr<CudaRuntime> runtime, const NodeAttributes& attributes,

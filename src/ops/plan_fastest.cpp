@@ -647,7 +647,6 @@ struct DecodeGeometry {
     int tiles;
     int chunks;
     bool stage_acts;
-    bool biased_codes;
     std::uint32_t grid;
     std::uint32_t shared_bytes;
 };
@@ -665,19 +664,17 @@ std::uint32_t decode_stages(const FastestRequest& fastest)
 }
 
 // Dynamic shared memory of nbits_decode_*: the layout of TcShared in
-// matmul_decode.cu (the segment sums of biased codes, segment_bytes, padded to
-// 16 bytes; the stages, with the staged activations of a step when
-// act_step_bytes > 0; then the cross-warp partial sums and the RMS squares,
+// matmul_decode.cu (stages, with the staged activations of a step when
+// act_step_bytes > 0, then the cross-warp partial sums and the RMS squares,
 // each double-buffered).
 std::uint32_t decode_shared_bytes(std::uint32_t stage_count, std::uint32_t warps, int tiles, int chunks, int m_tiles,
-                                  int sets, bool rms, std::size_t act_step_bytes, std::size_t segment_bytes)
+                                  int sets, bool rms, std::size_t act_step_bytes)
 {
-    const std::size_t segments = (segment_bytes + 15) / 16 * 16;
     const std::size_t stages =
         std::size_t{warps} * stage_count * (std::size_t(sets) * tiles * chunks * 2 * 512 + act_step_bytes);
     const std::size_t partial = 2 * std::size_t(sets) * tiles * m_tiles * 4 * warps * 32 * 4;
     const std::size_t squares = 2 * (rms ? std::size_t{warps} * 8 * m_tiles : 1) * 4;
-    return static_cast<std::uint32_t>((segments + stages + partial + squares + 15) / 16 * 16);
+    return static_cast<std::uint32_t>((stages + partial + squares + 15) / 16 * 16);
 }
 
 // The geometry of the launch rule in matmul_decode.cu, chosen for the device:
@@ -731,32 +728,16 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
                           (forced_stage_acts ? *forced_stage_acts == 1 : stage_acts_pays);
     const std::size_t word_codes = config.bits == 4 ? 8 : 4;
     const std::size_t act_stage_bytes = fastest.m == 1 ? step * 2 : 8 * (step * 2 + 8 * word_codes);
-    // Biased codes (kBiased in matmul_decode.cu): at M = 1 in exact mode (int8, int4 from block 32 on), without
-    // the RMS-norm prologue and not for bf16 int8; a table of one (symmetric) or two floats a segment, the
-    // codes one fp32 mma chain covers (up to four 16-byte chunks of one block).
-    const std::size_t chunk_codes = 128 / config.bits;
-    const std::size_t block_chunks = config.block_size / chunk_codes;
-    const std::size_t segment_codes = (block_chunks >= 4 ? 4 : block_chunks >= 2 ? 2 : 1) * chunk_codes;
-    const std::size_t segment_bytes = (fastest.operands.has_zero_points() ? 2 : 1) * (steps * step / segment_codes) * 4;
-    const bool bf16 = fastest.operands.activation_type == DataType::BFloat16;
-    const std::optional<int> forced_biased = fastest.request.context.overrides.decode_biased_codes;
-    geometry.biased_codes = fastest.m == 1 && !rms && (config.bits == 8 || config.block_size >= 32) &&
-                            !(bf16 && config.bits == 8) && (forced_biased ? *forced_biased == 1 : true);
     auto shared = [&](int tiles) {
         return decode_shared_bytes(geometry.stages, geometry.warps, tiles, geometry.chunks, m_tiles, sets, rms,
-                                   geometry.stage_acts ? act_stage_bytes : 0,
-                                   geometry.biased_codes ? segment_bytes : 0);
+                                   geometry.stage_acts ? act_stage_bytes : 0);
     };
     auto fits = [&](std::uint32_t blocks, int tiles) {
         return resident_on_sm(device, blocks, shared(tiles));
     };
-    // A device with too little shared memory for the staged rows loads them as it computes, and then
-    // subtracts the zero points from the codes.
+    // A device with too little shared memory for the staged rows loads them as it computes.
     if (geometry.stage_acts && !fits(base_blocks, geometry.tiles)) {
         geometry.stage_acts = false;
-    }
-    if (geometry.biased_codes && !fits(base_blocks, geometry.tiles)) {
-        geometry.biased_codes = false;
     }
     if (geometry.tiles == 2 && !fits(base_blocks, 2)) {
         geometry.tiles = 1;
@@ -849,7 +830,6 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     int tiles = 1;
     int chunks = 1;
     bool stage_acts = false;
-    bool biased_codes = false;
     std::uint32_t stages = kDecodeStages;
     int cols_per_warp = 1;
     std::size_t max_m = 1;
@@ -867,7 +847,6 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         tiles = geometry.tiles;
         chunks = geometry.chunks;
         stage_acts = geometry.stage_acts;
-        biased_codes = geometry.biased_codes;
         stages = geometry.stages;
         grid = geometry.grid;
         shared_bytes = geometry.shared_bytes;
@@ -915,7 +894,6 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
             .define("NBITS_STAGES", stages)
             .define("NBITS_CHUNKS", chunks)
             .define("NBITS_STAGE_ACTS", stage_acts ? 1 : 0)
-            .define("NBITS_BIASED_CODES", biased_codes ? 1 : 0)
             .shared_memory(shared_bytes, true);
         if (programmatic) {
             step.define("NBITS_PROGRAMMATIC", 1).programmatic_dependent(true);
@@ -923,16 +901,14 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     }
     step.grid(grid).block(32 * warps).add_to(plan, fastest.request);
     set_variant(plan, paired ? "nbits_decode_gate_up" : "nbits_decode",
-                [m, warps, grid, tiles, f32, programmatic, stage_acts, biased_codes,
-                 normalized = fastest.gamma != nullptr] {
+                [m, warps, grid, tiles, f32, programmatic, stage_acts, normalized = fastest.gamma != nullptr] {
                     return fmt::format("M={} decode{}: one pass over the weights for every row on {} ({} warps split "
-                                       "K, {} CTAs over {}-column groups{}{}), specialised on K, bits, block size and "
+                                       "K, {} CTAs over {}-column groups{}), specialised on K, bits, block size and "
                                        "zero points{}",
                                        m, normalized ? " with the RMS norm fused" : "",
                                        f32 ? "CUDA cores" : "tensor cores with exact codes and fp32 block scales",
                                        warps, grid, 16 * tiles,
                                        stage_acts ? ", the rows of A staged with the weights" : "",
-                                       biased_codes ? ", codes biased and the bias removed by A's block sums" : "",
                                        programmatic ? "; a programmatic dependent of the kernel before it" : "");
                 });
     record_bias_stage(plan, o.has_bias(), config.fold_bias_post_round);

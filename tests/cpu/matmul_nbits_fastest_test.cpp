@@ -510,13 +510,11 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     CHECK(qkv.config.grid == Dim3{384, 1, 1});
     CHECK(defines(qkv, "NBITS_STAGES=2"));
     CHECK(defines(qkv, "NBITS_SINGLE_ROW=1"));
-    // Dynamic shared memory: the biased codes' table (one float per block of 32 of K = 4096), 8 warps x 2
-    // stages x (1 tile x 2 row halves x 512 bytes of weights and the step's 128 activations), the
-    // double-buffered partial sums (2 x 4 values x 8 warps x 32 lanes x 4 bytes) and the unused RMS squares
-    // (2 floats), 16-byte rounded.
+    // Dynamic shared memory: 8 warps x 2 stages x (1 tile x 2 row halves x 512 bytes of weights and the step's
+    // 128 activations), the double-buffered partial sums (2 x 4 values x 8 warps x 32 lanes x 4 bytes) and the
+    // unused RMS squares (2 floats), 16-byte rounded.
     CHECK(defines(qkv, "NBITS_STAGE_ACTS=1"));
-    CHECK(defines(qkv, "NBITS_BIASED_CODES=1"));
-    CHECK(qkv.config.dynamic_shared_bytes == 128 * 4 + 8 * 2 * (2 * 512 + 128 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
+    CHECK(qkv.config.dynamic_shared_bytes == 8 * 2 * (2 * 512 + 128 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
     CHECK(qkv.configure_shared_memory);
     // A third CTA per SM caps registers at 80: not for the paired node (Qwen2.5-7B gate/up, 1184 groups, would
     // save a round) nor for two tiles of two batch tiles (lm_head at M = 16).
@@ -542,11 +540,10 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     CHECK(defines(lm_head, "NBITS_TILES=2"));
     // A single-row int4 down projection (K > N) takes two chunks a lane per k step, with a ring twice as deep in
     // bytes: 8 warps x 2 stages x (1 tile x 2 chunks x 2 row halves x 512 bytes and 256 activations), plus the
-    // biased codes' table (448 blocks of 32) and the partial sums.
+    // partial sums.
     const KernelStep down = test::kernel_step(fastest(node(14336, 4096), rows(1)).plan(), 0);
     CHECK(defines(down, "NBITS_CHUNKS=2"));
-    CHECK(down.config.dynamic_shared_bytes ==
-          448 * 4 + 8 * 2 * (2 * 2 * 512 + 256 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
+    CHECK(down.config.dynamic_shared_bytes == 8 * 2 * (2 * 2 * 512 + 256 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
     CHECK(defines(qkv, "NBITS_CHUNKS=1"));
     // Two chunks keep one tile a CTA even where the columns would fill the grid twice over (Llama-3-70B down).
     const KernelStep down70 = test::kernel_step(fastest(node(28672, 8192), rows(1)).plan(), 0);
@@ -684,52 +681,10 @@ TEST_CASE("Fastest decode's ring depth follows NBITS_DECODE_STAGES (2..4)")
     const KernelStep down = test::kernel_step(deep.plan(), 0);
     CHECK(defines(down, "NBITS_STAGES=4"));
     // 8 warps x 4 stages x 1 tile x 2 chunks x 2 row halves x 512 bytes, plus the partial sums.
-    CHECK(down.config.dynamic_shared_bytes ==
-          448 * 4 + 8 * 4 * (2 * 2 * 512 + 256 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
+    CHECK(down.config.dynamic_shared_bytes == 8 * 4 * (2 * 2 * 512 + 256 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
     CHECK_FALSE(stages("5").decode_stages.has_value());
     CHECK_FALSE(stages("1").decode_stages.has_value());
     CHECK(stages("3").decode_stages == 3);
-}
-
-TEST_CASE("Fastest decode at M = 1 biases the codes in exact mode unless NBITS_DECODE_BIASED_CODES=0")
-{
-    auto biased_override = [](const char* value) {
-        return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                                    std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::string(value));
-    };
-    auto biased = [](const test::Problem& problem) {
-        return defines(test::kernel_step(problem.plan(), 0), "NBITS_BIASED_CODES=1");
-    };
-    CHECK(biased(fastest(node(4096, 128256), rows(1))));
-    CHECK(biased(fastest(node(4096, 128256), rows(1, DataType::BFloat16))));
-    CHECK(biased(fastest(node(8192, 14336, 8), rows(1))));
-    CHECK(biased(fastest(node(4096, 4096, 4, 128), rows(1))));
-    CHECK(biased(fastest(test::marked(node(8192, 28672), kGateUpSwigluAttr), rows(1))));
-    // Not at M > 1, not for int4 block 16 (no exact mode), bf16 int8, the RMS-norm prologue or fp32.
-    CHECK_FALSE(biased(fastest(node(4096, 128256), rows(2))));
-    CHECK_FALSE(biased(fastest(node(4096, 4096, 4, 16), rows(1))));
-    CHECK_FALSE(biased(fastest(node(4096, 4096, 8), rows(1, DataType::BFloat16))));
-    test::Shapes normalized = rows(1);
-    normalized.gamma = DataType::Float16;
-    CHECK_FALSE(biased(fastest(test::marked(node(4096, 6144), kRmsNormPrologueAttr), normalized)));
-    CHECK_FALSE(biased(fastest(node(4096, 4096), rows(1, DataType::Float32))));
-    // With zero points the table holds two floats a segment: Llama-3-70B down at block 128, 28672 / 128 segments.
-    test::Shapes with_zero_points = rows(1);
-    with_zero_points.zero_points = true;
-    const KernelStep zp = test::kernel_step(fastest(node(28672, 8192, 4, 128), with_zero_points).plan(), 0);
-    CHECK(defines(zp, "NBITS_BIASED_CODES=1"));
-    CHECK(zp.config.dynamic_shared_bytes == 2 * 224 * 4 + 8 * 2 * (2 * 2 * 512 + 256 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
-    // The override turns it off (and the table with it) but cannot force it where the kernel cannot.
-    test::Problem off = fastest(node(4096, 128256), rows(1));
-    off.context.overrides = biased_override("0");
-    CHECK_FALSE(biased(off));
-    CHECK(test::kernel_step(off.plan(), 0).config.dynamic_shared_bytes ==
-          8 * 2 * (2 * 2 * 512 + 128 * 2) + 2 * 8 * 8 * 32 * 4 + 16);
-    test::Problem forced = fastest(node(4096, 128256), rows(2));
-    forced.context.overrides = biased_override("1");
-    CHECK_FALSE(biased(forced));
-    CHECK(biased_override("1").decode_biased_codes == 1);
-    CHECK_FALSE(biased_override("2").decode_biased_codes.has_value());
 }
 
 TEST_CASE("Fastest decode's column tiles per CTA follow NBITS_DECODE_TILES (1|2; the paired node keeps 1)")
@@ -793,7 +748,7 @@ TEST_CASE("Fastest decode stages the activations with the weights up to M = 8 un
     off.context.overrides = stage_acts("0");
     const KernelStep plain = test::kernel_step(off.plan(), 0);
     CHECK(defines(plain, "NBITS_STAGE_ACTS=0"));
-    CHECK(plain.config.dynamic_shared_bytes == 896 * 4 + 8 * 2 * 2 * 2 * 512 + 2 * 4 * 8 * 32 * 4 + 16);
+    CHECK(plain.config.dynamic_shared_bytes == 8 * 2 * 2 * 2 * 512 + 2 * 4 * 8 * 32 * 4 + 16);
     CHECK(stage_acts("1").decode_stage_acts == 1);
     CHECK_FALSE(stage_acts("2").decode_stage_acts.has_value());
 }

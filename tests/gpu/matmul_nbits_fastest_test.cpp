@@ -542,36 +542,6 @@ TEST_CASE("the sm_90 wgmma GEMM over 64-token tiles (NBITS_PREFILL_WGMMA_MIN_M) 
     check_wgmma_nodes(nodes, 0x64a0000ull);
 }
 
-TEST_CASE("biased codes at M = 1 meet the float64 oracle where their bias cancels most: all-positive "
-          "activations over a long K, with NBITS_DECODE_BIASED_CODES on and off")
-{
-    // Every activation in [0.25, 1]: the bias term of a segment, about 1024 * sum a, is as large against the
-    // result as real activations make it, and its rounding errors do not cancel between segments.
-    std::vector<FastestCase> set = {
-        feature_case(DataType::Float16, 1, 4, 32, false, Bias::None, false, false, 600, 8192),
-        feature_case(DataType::Float16, 1, 4, 128, true, Bias::Plain, false, false, 600, 8192),
-        feature_case(DataType::Float16, 1, 8, 32, true, Bias::None, false, false, 600, 8192),
-        feature_case(DataType::BFloat16, 1, 4, 64, false, Bias::None, false, false, 600, 8192),
-        feature_case(DataType::Float16, 1, 4, 256, true, Bias::None, false, true, 300, 8000),
-    };
-    set[2].f32_scales = true;
-    std::uint64_t seed = 0xb1a5;
-    for (const FastestCase& c : set) {
-        Lcg lcg(seed++);
-        const std::vector<float> positive = stored_values(c.activation, random_values(lcg, c.m * c.k, 0.25f, 1.0f));
-        const FastestNode node = make_node(c, seed++, &positive);
-        for (const char* biased : {"1", "0"}) {
-            CAPTURE(c.describe());
-            CAPTURE(biased);
-            const ScopedEnv env(ops::kDecodeBiasedCodesEnv, std::string(biased));
-            const Outcome outcome = run_node(node);
-            CAPTURE(outcome.variant);
-            CAPTURE(outcome.error.describe());
-            check_oracle_bounds(c, outcome);
-        }
-    }
-}
-
 TEST_CASE("a Fastest run writes every element of Y, also for outputs that are not a whole tile")
 {
     for (const std::size_t m : {std::size_t{1}, std::size_t{7}, std::size_t{19}, std::size_t{150}}) {
