@@ -266,6 +266,51 @@ __device__ __forceinline__ float ld_f32(const void* p)
     return v;
 }
 
+// Scales and zero points: a few bytes of a row whose next bytes the row's
+// next k steps read, by other warps of the CTA a step later; each read pulls
+// the 256 aligned bytes around it into L2, so those find them there instead
+// of each waiting on DRAM (the scales of a step arriving after its weights
+// stalled the M = 1 kernels on their conversion).
+template <class T>
+__device__ __forceinline__ T ld_meta(const void* p);
+template <>
+__device__ __forceinline__ uint2 ld_meta<uint2>(const void* p)
+{
+    uint2 v;
+    asm volatile("ld.global.nc.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+template <>
+__device__ __forceinline__ u32 ld_meta<u32>(const void* p)
+{
+    u32 v;
+    asm volatile("ld.global.nc.L2::256B.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+template <>
+__device__ __forceinline__ u16 ld_meta<u16>(const void* p)
+{
+    u16 v;
+    asm volatile("ld.global.nc.L2::256B.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+template <>
+__device__ __forceinline__ u8 ld_meta<u8>(const void* p)
+{
+    u32 v;
+    asm volatile("ld.global.nc.L2::256B.u8 %0, [%1];" : "=r"(v) : "l"(p));
+    return (u8)v;
+}
+template <>
+__device__ __forceinline__ float ld_meta<float>(const void* p)
+{
+    float v;
+    asm volatile("ld.global.nc.L2::256B.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" : : "l"(p)); }
+
 // BYTES (4, 8 or 16) contiguous bytes into 32-bit words, with loads no wider
 // than ALIGN bytes.
 template <int BYTES, int ALIGN>
@@ -616,9 +661,9 @@ __device__ __forceinline__ int zero_point_byte(int blk)
 __device__ __forceinline__ scale_raw_t load_scale(const scale_raw_t* p)
 {
     if constexpr (kScaleF32) {
-        return ld_f32(p);
+        return ld_meta<float>(p);
     } else {
-        return (scale_raw_t)ld_u16(p);
+        return (scale_raw_t)ld_meta<u16>(p);
     }
 }
 
@@ -785,10 +830,10 @@ template <int N>
 __device__ __forceinline__ void ld_packed_scales(const void* p, u32 (&v)[4])
 {
     if constexpr (N == 4) {
-        const uint2 x = ld_v2(p);
+        const uint2 x = ld_meta<uint2>(p);
         v[0] = x.x; v[1] = x.y;
     } else {
-        v[0] = ld_u32(p);
+        v[0] = ld_meta<u32>(p);
     }
 }
 
@@ -822,15 +867,15 @@ __device__ __forceinline__ void load_meta(
     if constexpr (kHasZp) {
         const u8* zp = zrow + zero_point_byte(blk0);
         if constexpr (!TAIL && kPackedMeta && kZpBytes == 4) {
-            if (valid(0)) z = ld_u32(zp);
+            if (valid(0)) z = ld_meta<u32>(zp);
         } else if constexpr (!TAIL && kPackedMeta && kZpBytes == 2) {
-            if (valid(0)) z = ld_u16(zp);
+            if (valid(0)) z = ld_meta<u16>(zp);
         } else {
 #pragma unroll
             for (int i = 0; i < kZpBytes; ++i) {
                 const int first = kBits == 8 ? i : 2 * i - (blk0 & 1);  // first block in byte i
                 if (valid(first < 0 ? 0 : first)) {
-                    z |= ld_u8(zp + i) << (8 * i);
+                    z |= (u32)ld_meta<u8>(zp + i) << (8 * i);
                 }
             }
         }
@@ -1440,7 +1485,9 @@ __device__ __forceinline__ void tc_run(
     const u32 ring = shared_address(shared.stages[warp]);
 
     auto load = [&](TcFrag<NSETS>& f, int stage, int) {
-        const int n0 = next_load.group * kCtaCols;
+        const int group = next_load.group;
+        const int n0 = group * kCtaCols;
+        const bool first_of_group = next_load.index == 0;
         const int step = warp + next_load.index * kWarps;
         advance(next_load);
         if (step >= kSteps) {
@@ -1453,6 +1500,28 @@ __device__ __forceinline__ void tc_run(
             w[set].b = b[set] + row * kRowBytes + t * 16;
             w[set].s = static_cast<const scale_raw_t*>(scales[set]) + row * kKBlocks;
             w[set].z = zp[set] + row * kZpRowBytes;
+        }
+        // At its first step of a group the warp sends the scales (and zero points) of its first step of the
+        // CTA's next group to L2, a group ahead of their loads, which otherwise wait on DRAM once a group
+        // (one batch tile: two have no registers to spare for it).
+        const int next_n0 = (group + (int)gridDim.x) * kCtaCols;
+        if (kMTiles == 1 && first_of_group && t == 0 && group + (int)gridDim.x < groups) {
+            const int blk0 = scale_block(step, 0, t, 0);
+#pragma unroll
+            for (int set = 0; set < NSETS; ++set)
+#pragma unroll
+                for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int next_row = next_n0 + 16 * j + 8 * h + g;
+                        if (next_row < n) {
+                            prefetch_l2(static_cast<const scale_raw_t*>(scales[set]) +
+                                        (long long)next_row * kKBlocks + blk0);
+                            if constexpr (kHasZp) {
+                                prefetch_l2(zp[set] + (long long)next_row * kZpRowBytes + zero_point_byte(blk0));
+                            }
+                        }
+                    }
         }
         const u32 at = ring + (u32)(stage * stage_bytes<NSETS>());
         if constexpr (kStageActs) {
