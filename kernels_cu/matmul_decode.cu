@@ -309,8 +309,6 @@ __device__ __forceinline__ float ld_meta<float>(const void* p)
     return v;
 }
 
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" : : "l"(p)); }
-
 // BYTES (4, 8 or 16) contiguous bytes into 32-bit words, with loads no wider
 // than ALIGN bytes.
 template <int BYTES, int ALIGN>
@@ -1485,9 +1483,7 @@ __device__ __forceinline__ void tc_run(
     const u32 ring = shared_address(shared.stages[warp]);
 
     auto load = [&](TcFrag<NSETS>& f, int stage, int) {
-        const int group = next_load.group;
-        const int n0 = group * kCtaCols;
-        const bool first_of_group = next_load.index == 0;
+        const int n0 = next_load.group * kCtaCols;
         const int step = warp + next_load.index * kWarps;
         advance(next_load);
         if (step >= kSteps) {
@@ -1500,28 +1496,6 @@ __device__ __forceinline__ void tc_run(
             w[set].b = b[set] + row * kRowBytes + t * 16;
             w[set].s = static_cast<const scale_raw_t*>(scales[set]) + row * kKBlocks;
             w[set].z = zp[set] + row * kZpRowBytes;
-        }
-        // At its first step of a group the warp sends the scales (and zero points) of its first step of the
-        // CTA's next group to L2, a group ahead of their loads, which otherwise wait on DRAM once a group
-        // (one batch tile: two have no registers to spare for it).
-        const int next_n0 = (group + (int)gridDim.x) * kCtaCols;
-        if (kMTiles == 1 && first_of_group && t == 0 && group + (int)gridDim.x < groups) {
-            const int blk0 = scale_block(step, 0, t, 0);
-#pragma unroll
-            for (int set = 0; set < NSETS; ++set)
-#pragma unroll
-                for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int next_row = next_n0 + 16 * j + 8 * h + g;
-                        if (next_row < n) {
-                            prefetch_l2(static_cast<const scale_raw_t*>(scales[set]) +
-                                        (long long)next_row * kKBlocks + blk0);
-                            if constexpr (kHasZp) {
-                                prefetch_l2(zp[set] + (long long)next_row * kZpRowBytes + zero_point_byte(blk0));
-                            }
-                        }
-                    }
         }
         const u32 at = ring + (u32)(stage * stage_bytes<NSETS>());
         if constexpr (kStageActs) {
