@@ -656,12 +656,15 @@ __device__ __forceinline__ int zero_point_byte(int blk)
     return kBits == 4 ? (blk >> 1) : blk;
 }
 
+// One block scale; HINTED (the tensor-core kernels): through ld_meta. The fp32
+// kernels' loads were not measured with the hint and keep the plain one.
+template <bool HINTED>
 __device__ __forceinline__ scale_raw_t load_scale(const scale_raw_t* p)
 {
     if constexpr (kScaleF32) {
-        return ld_meta<float>(p);
+        return HINTED ? ld_meta<float>(p) : ld_f32(p);
     } else {
-        return (scale_raw_t)ld_meta<u16>(p);
+        return (scale_raw_t)(HINTED ? (u32)ld_meta<u16>(p) : ld_u16(p));
     }
 }
 
@@ -857,7 +860,7 @@ __device__ __forceinline__ void load_meta(
 #pragma unroll
         for (int i = 0; i < kScalesPerChunk; ++i) {
             if (valid(i)) {
-                put_scale(s, i, load_scale(srow + blk0 + i));
+                put_scale(s, i, load_scale<true>(srow + blk0 + i));
             }
         }
     }
@@ -1673,7 +1676,7 @@ __device__ __forceinline__ void f32_load(F32Frag<NSETS>& f, const Weights (&w)[N
                 scale_raw_t s = 0;
                 u32 z = 0u;
                 if (ok_b) {
-                    s = load_scale(w[set].s + c * kKBlocks + blk);
+                    s = load_scale<false>(w[set].s + c * kKBlocks + blk);
                     if constexpr (kHasZp) {
                         z = ld_u8(w[set].z + c * kZpRowBytes + zero_point_byte(blk));
                     }
