@@ -21,8 +21,9 @@
 // repacking is needed. By default (NBITS_EXACT) the mma multiplies the exact
 // codes q - zp and the block scale is applied to its fp32 result, so weights
 // are never rounded to T (see kExact). The warps of a CTA split K (warp w takes
-// steps w, w + warps, ...) over NBITS_TILES 16-column tiles and meet in shared
-// memory; a CTA loops over column groups blockIdx.x, + gridDim.x, ... with the
+// steps w, w + warps, ...) over NBITS_TILES 16-column tiles, or with
+// NBITS_COL_WARPS c > 1 the CTA's columns into c parts of NBITS_TILES tiles
+// and K over warps / c, and meet in shared memory; a CTA loops over column groups blockIdx.x, + gridDim.x, ... with the
 // next group's first loads in flight across the boundary.
 //
 // fp32 (NBITS_ACT 2): CUDA cores. A warp owns NBITS_COLS_PER_WARP adjacent
@@ -31,9 +32,9 @@
 // FFMA per block, then scaled.
 //
 // Launch, block 32 * NBITS_WARPS threads:
-//   tensor cores: grid = min(ceil(N / (16 * NBITS_TILES)), SMs * NBITS_MIN_BLOCKS)
+//   tensor cores: grid = min(ceil(N / (16 * NBITS_TILES * NBITS_COL_WARPS)), SMs * NBITS_MIN_BLOCKS)
 //     (any grid >= 1 is correct: a CTA takes every gridDim.x-th column group);
-//     M <= 8 * NBITS_M_TILES (M = 1 with NBITS_SINGLE_ROW); NBITS_WARPS <= ceil(K / k_step), k_step = 128
+//     M <= 8 * NBITS_M_TILES (M = 1 with NBITS_SINGLE_ROW); NBITS_WARPS / NBITS_COL_WARPS <= ceil(K / k_step), k_step = 128
 //     codes (int4) or 64 (int8) times NBITS_CHUNKS (a static_assert checks);
 //     dynamic shared memory sizeof(TcShared) = 16-byte rounded sum of
 //       warps * NBITS_STAGES * (sets * tiles * chunks * 2 * 512 + act)  (the cp.async rings)
@@ -86,6 +87,9 @@
 #endif
 #ifndef NBITS_TILES  // tensor cores: 16-column tiles per CTA
 #define NBITS_TILES 2
+#endif
+#ifndef NBITS_COL_WARPS  // tensor cores: warps across a CTA's column tiles (the others split K), 1, 2 or 4
+#define NBITS_COL_WARPS 1
 #endif
 #ifndef NBITS_M_TILES  // tensor cores: 8-row batch tiles (1: M <= 8, 2: M <= 16)
 #define NBITS_M_TILES 1
@@ -739,7 +743,16 @@ constexpr int kTiles = NBITS_TILES;
 constexpr int kMTiles = NBITS_M_TILES;
 constexpr int kChunks = NBITS_CHUNKS;
 constexpr bool kSingleRow = NBITS_SINGLE_ROW != 0;
-constexpr int kCtaCols = 16 * kTiles;
+// Warps across the columns: the NBITS_COL_WARPS warps of one k step read the
+// same activations, so all but the first find them in L1, and a CTA's column
+// group grows without more accumulators a warp (at M = 9..16 every CTA reads
+// all of A, twice the weights' bytes of a 32-column group).
+constexpr int kColWarps = NBITS_COL_WARPS;
+constexpr int kKWarps = kWarps / kColWarps;  // warps splitting K
+constexpr int kWarpCols = 16 * kTiles;
+constexpr int kCtaCols = kWarpCols * kColWarps;
+static_assert(kColWarps == 1 || kColWarps == 2 || kColWarps == 4, "NBITS_COL_WARPS is 1, 2 or 4");
+static_assert(kWarps % kColWarps == 0, "NBITS_WARPS is a multiple of NBITS_COL_WARPS");
 constexpr int kStepCodes = 4 * kChunks * kChunkCodes;
 constexpr int kStepBytes = 64 * kChunks;
 constexpr int kFullSteps = kK / kStepCodes;
@@ -778,7 +791,7 @@ constexpr int kSlotsPerBlock = kBlock / kChunkCodes >= 4 ? 4 : (kBlock / kChunkC
 // Scales (and zero points) a row needs per chunk index r.
 constexpr int kScalesPerChunk = kExact ? 4 / kSlotsPerBlock : kBlocksPerChunk;
 constexpr int kSteps = kFullSteps + (kHasTail ? 1 : 0);
-static_assert(kSteps >= kWarps, "every warp needs a k step: NBITS_WARPS <= ceil(K / k step)");
+static_assert(kSteps >= kKWarps, "every warp needs a k step: NBITS_WARPS / NBITS_COL_WARPS <= ceil(K / k step)");
 #ifndef NBITS_STAGES  // k steps of weights in flight per warp: a cp.async ring in shared memory
 #define NBITS_STAGES 2
 #endif
@@ -1327,8 +1340,8 @@ __device__ __forceinline__ void tc_compute(
 }
 
 // Cross-warp reduction of one column group. Accumulator element (j, mt, i)
-// of lane (g, t) is output column 16 j + g + 8 (i / 2), row 8 mt + 2 t +
-// i % 2; `store` gets the column within the group, the row and the NSETS
+// of lane (g, t) of a warp of part p is output column p kWarpCols + 16 j + g
+// + 8 (i / 2), row 8 mt + 2 t + i % 2; `store` gets the column within the group, the row and the NSETS
 // sums (in fixed warp order), times the row's inverse RMS when the prologue
 // is on. The shared arrays alternate between groups so that one barrier a
 // group suffices.
@@ -1370,13 +1383,14 @@ __device__ __forceinline__ void tc_finish(
     }
     __syncthreads();
 
-    for (int e = (int)threadIdx.x; e < kVals * 32; e += kThreads) {
-        const int v = e >> 5;
+    for (int e = (int)threadIdx.x; e < kColWarps * kVals * 32; e += kThreads) {
+        const int part = kColWarps == 1 ? 0 : e / (kVals * 32);  // the column warps' share of the group
+        const int v = kColWarps == 1 ? e >> 5 : (e >> 5) % kVals;
         const int l = e & 31;
         const int j = v / (kMTiles * 4);
         const int mt = (v / 4) % kMTiles;
         const int i = v & 3;
-        const int col = 16 * j + (l >> 2) + 8 * (i >> 1);
+        const int col = part * kWarpCols + 16 * j + (l >> 2) + 8 * (i >> 1);
         const int row = 8 * mt + 2 * (l & 3) + (i & 1);
         if (row >= m) {
             continue;
@@ -1386,13 +1400,13 @@ __device__ __forceinline__ void tc_finish(
         for (int set = 0; set < NSETS; ++set) {
             float s = 0.0f;
 #pragma unroll
-            for (int ww = 0; ww < kWarps; ++ww) s += partial[parity][set][v][ww][l];
+            for (int ww = 0; ww < kKWarps; ++ww) s += partial[parity][set][v][ww * kColWarps + part][l];
             sums[set] = s;
         }
         if constexpr (kRms) {
             float sq = 0.0f;
 #pragma unroll
-            for (int ww = 0; ww < kWarps; ++ww) sq += squares[parity][ww][row];
+            for (int ww = 0; ww < kKWarps; ++ww) sq += squares[parity][ww * kColWarps][row];
             const float r = inv_rms(sq, epsilon);
 #pragma unroll
             for (int set = 0; set < NSETS; ++set) sums[set] *= r;
@@ -1402,10 +1416,11 @@ __device__ __forceinline__ void tc_finish(
 }
 
 // The whole kernel body. CTA c takes column groups c, c + gridDim.x, ...
-// (kCtaCols columns each); warp w takes k steps w, w + warps, ... of each
-// group. The steps of all its groups form one sequence per warp, pipelined
-// across group boundaries, so a CTA pays the DRAM latency once, not once a
-// group. store(group, col, row, sums) writes one output.
+// (kCtaCols columns each); warp w takes the kWarpCols columns of part
+// w % kColWarps and k steps w / kColWarps, + kKWarps, ... of each group. The
+// steps of all its groups form one sequence per warp, pipelined across group
+// boundaries, so a CTA pays the DRAM latency once, not once a group.
+// store(group, col, row, sums) writes one output.
 template <int NSETS, class Store>
 __device__ __forceinline__ void tc_run(
     const u8* const (&b)[NSETS], const void* const (&scales)[NSETS], const u8* const (&zp)[NSETS],
@@ -1421,7 +1436,9 @@ __device__ __forceinline__ void tc_run(
     // steps idles through the last), so that the group's cross-warp
     // reduction and its __syncthreads come at the same point of the unrolled
     // pipeline in every warp.
-    const int steps = (kSteps + kWarps - 1) / kWarps;
+    const int steps = (kSteps + kKWarps - 1) / kKWarps;
+    const int part = warp % kColWarps;
+    const int kwarp = warp / kColWarps;
 
     // The layout the launch sizes dynamic shared memory by; a smaller
     // allocation is a launch error, not a silent overrun.
@@ -1469,7 +1486,7 @@ __device__ __forceinline__ void tc_run(
     clear();
     int parity = 0;
 
-    // The items of this warp in order: k steps warp, warp + kWarps, ... of
+    // The items of this warp in order: k steps kwarp, kwarp + kKWarps, ... of
     // groups blockIdx.x, + gridDim.x, ... Loads and computes walk them with
     // their own cursors (loads run kStages - 1 items ahead).
     struct Cursor {
@@ -1486,8 +1503,8 @@ __device__ __forceinline__ void tc_run(
     const u32 ring = shared_address(shared.stages[warp]);
 
     auto load = [&](TcFrag<NSETS>& f, int stage, int) {
-        const int n0 = next_load.group * kCtaCols;
-        const int step = warp + next_load.index * kWarps;
+        const int n0 = next_load.group * kCtaCols + part * kWarpCols;
+        const int step = kwarp + next_load.index * kKWarps;
         advance(next_load);
         if (step >= kSteps) {
             return;
@@ -1517,7 +1534,7 @@ __device__ __forceinline__ void tc_run(
             }
         }
         const bool tail = kHasTail && step >= kFullSteps;
-        if (n0 + kCtaCols <= n) {
+        if (n0 + kWarpCols <= n) {
             if (!tail) {
                 tc_load<false, true>(f, at, w, b, 0u, g, t, step);
             } else {
@@ -1539,7 +1556,7 @@ __device__ __forceinline__ void tc_run(
     };
     auto compute = [&](const TcFrag<NSETS>& f, int stage, int) {
         const int group = next_compute.group;
-        const int step = warp + next_compute.index * kWarps;
+        const int step = kwarp + next_compute.index * kKWarps;
         const bool last = next_compute.index == steps - 1;
         advance(next_compute);
         const u32 at = ring + (u32)(stage * stage_bytes<NSETS>());

@@ -60,8 +60,8 @@ struct MatMulNBitsConfig {
 // as aliases), NBITS_PREFILL_SPLIT_K (1..8), NBITS_PREFILL_WGMMA_TILE_N
 // (128|256) and NBITS_PREFILL_WGMMA_MIN_M (17..65) for Fastest's fused
 // prefill GEMM, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4),
-// NBITS_DECODE_TILES (1|2) and NBITS_DECODE_STAGE_ACTS (0|1) for its decode
-// kernels. Other values are ignored.
+// NBITS_DECODE_TILES (1|2), NBITS_DECODE_STAGE_ACTS (0|1) and
+// NBITS_DECODE_COL_WARPS (1|2|4) for its decode kernels. Other values are ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
 inline constexpr const char* kDownColumnsAliasEnv = "ONNX_GENAI_DOWN_COLS";
@@ -73,6 +73,7 @@ inline constexpr const char* kDecodeProgrammaticEnv = "NBITS_DECODE_PDL";
 inline constexpr const char* kDecodeStagesEnv = "NBITS_DECODE_STAGES";
 inline constexpr const char* kDecodeTilesEnv = "NBITS_DECODE_TILES";
 inline constexpr const char* kDecodeStageActsEnv = "NBITS_DECODE_STAGE_ACTS";
+inline constexpr const char* kDecodeColWarpsEnv = "NBITS_DECODE_COL_WARPS";
 
 struct PlanOverrides {
     std::optional<int> down_columns;
@@ -108,6 +109,11 @@ struct PlanOverrides {
     // multiple of 8). Unset: where it measured faster on the H200 (M = 1;
     // M = 2..8 for one weight set of one column tile with K >= N).
     std::optional<int> decode_stage_acts;
+    // Warps across a CTA's columns in the tensor-core decode kernels (1, 2 or
+    // 4; at most the CTA's warps): the warps of one k step share its
+    // activations through L1 and a CTA's column group grows by that factor.
+    // Unset: the rule in the plan (see the README's routing table).
+    std::optional<int> decode_col_warps;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
     // The same rules over given values (nullopt: unset). DOWN_COLS must be
@@ -115,7 +121,7 @@ struct PlanOverrides {
     // optional '+' ("+4" and "04" count): ACC4_WARPS 1, 2, 4 or 8,
     // PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256,
     // PREFILL_WGMMA_MIN_M 17 to 65, DECODE_PDL 0 or 1, DECODE_STAGES 2 to 4, DECODE_TILES 1 or 2,
-    // DECODE_STAGE_ACTS 0 or 1.
+    // DECODE_STAGE_ACTS 0 or 1, DECODE_COL_WARPS 1, 2 or 4.
     static PlanOverrides parse(const std::optional<std::string>& down_columns,
                                const std::optional<std::string>& accuracy4_warps,
                                const std::optional<std::string>& prefill_split_k = std::nullopt,
@@ -124,7 +130,8 @@ struct PlanOverrides {
                                const std::optional<std::string>& decode_programmatic = std::nullopt,
                                const std::optional<std::string>& decode_stages = std::nullopt,
                                const std::optional<std::string>& decode_tiles = std::nullopt,
-                               const std::optional<std::string>& decode_stage_acts = std::nullopt);
+                               const std::optional<std::string>& decode_stage_acts = std::nullopt,
+                               const std::optional<std::string>& decode_col_warps = std::nullopt);
 };
 
 // What the plan may know about the machine, injected so that it stays pure.

@@ -645,6 +645,7 @@ struct DecodeGeometry {
     std::uint32_t warps;
     std::uint32_t min_blocks;
     int tiles;
+    int col_warps;
     int chunks;
     bool stage_acts;
     std::uint32_t grid;
@@ -739,6 +740,7 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     if (geometry.stage_acts && !fits(base_blocks, geometry.tiles)) {
         geometry.stage_acts = false;
     }
+    geometry.col_warps = 1;
     if (geometry.tiles == 2 && !fits(base_blocks, 2)) {
         geometry.tiles = 1;
     }
@@ -751,7 +753,7 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
         std::size_t grid;
     };
     auto choose_blocks = [&](int tiles) {
-        const std::size_t groups = div_ceil(config.n, 16 * static_cast<std::size_t>(tiles));
+        const std::size_t groups = div_ceil(config.n, 16 * static_cast<std::size_t>(tiles * geometry.col_warps));
         auto cost = [&](std::uint32_t blocks) {
             const std::size_t ctas = std::min<std::size_t>(groups, sms * blocks);
             return div_ceil(groups, ctas) * blocks;
@@ -782,6 +784,20 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
             "Why: each warp keeps {} k steps of weights in flight there. How to fix: use a GPU of compute "
             "capability 8.0 or later, or KernelPolicy::Original",
             shared(geometry.tiles), device.name, device.max_shared_memory_per_block_optin, geometry.stages));
+    }
+    // Two warps across the columns where each k step's activations are loaded as it is computed and the wider
+    // groups cost no more CTA rounds times columns: the two warps of a step share its activations through L1, so
+    // L2 serves A once per group of twice the columns (each CTA reads all of A, at M = 9..16 twice the weight
+    // bytes of a 32-column group). Measured on the H200: see the README's decode section.
+    const std::optional<int> forced_col_warps = fastest.request.context.overrides.decode_col_warps;
+    if (forced_col_warps) {
+        geometry.col_warps = std::min(*forced_col_warps, static_cast<int>(geometry.warps));
+    } else if (fastest.m > 1 && !geometry.stage_acts && geometry.warps >= 2) {
+        const std::size_t narrow = choose_blocks(geometry.tiles).cost;
+        geometry.col_warps = 2;
+        if (2 * choose_blocks(geometry.tiles).cost > narrow) {
+            geometry.col_warps = 1;
+        }
     }
     const Blocks chosen = choose_blocks(geometry.tiles);
     geometry.min_blocks = chosen.blocks;
@@ -828,6 +844,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     std::uint32_t grid = 0;
     std::uint32_t shared_bytes = 0;
     int tiles = 1;
+    int col_warps = 1;
     int chunks = 1;
     bool stage_acts = false;
     std::uint32_t stages = kDecodeStages;
@@ -845,6 +862,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         warps = geometry.warps;
         min_blocks = geometry.min_blocks;
         tiles = geometry.tiles;
+        col_warps = geometry.col_warps;
         chunks = geometry.chunks;
         stage_acts = geometry.stage_acts;
         stages = geometry.stages;
@@ -889,6 +907,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         step.define("NBITS_COLS_PER_WARP", cols_per_warp).define("NBITS_MAX_M", static_cast<std::int64_t>(max_m));
     } else {
         step.define("NBITS_TILES", tiles)
+            .define("NBITS_COL_WARPS", col_warps)
             .define("NBITS_M_TILES", m <= 8 ? 1 : 2)
             .define("NBITS_SINGLE_ROW", m == 1 ? 1 : 0)
             .define("NBITS_STAGES", stages)
@@ -901,13 +920,16 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     }
     step.grid(grid).block(32 * warps).add_to(plan, fastest.request);
     set_variant(plan, paired ? "nbits_decode_gate_up" : "nbits_decode",
-                [m, warps, grid, tiles, f32, programmatic, stage_acts, normalized = fastest.gamma != nullptr] {
+                [m, warps, grid, tiles, col_warps, f32, programmatic, stage_acts,
+                 normalized = fastest.gamma != nullptr] {
                     return fmt::format("M={} decode{}: one pass over the weights for every row on {} ({} warps split "
-                                       "K, {} CTAs over {}-column groups{}), specialised on K, bits, block size and "
+                                       "K{}, {} CTAs over {}-column groups{}), specialised on K, bits, block size and "
                                        "zero points{}",
                                        m, normalized ? " with the RMS norm fused" : "",
                                        f32 ? "CUDA cores" : "tensor cores with exact codes and fp32 block scales",
-                                       warps, grid, 16 * tiles,
+                                       warps / col_warps,
+                                       col_warps > 1 ? fmt::format(" and {} the columns", col_warps) : std::string(),
+                                       grid, 16 * tiles * col_warps,
                                        stage_acts ? ", the rows of A staged with the weights" : "",
                                        programmatic ? "; a programmatic dependent of the kernel before it" : "");
                 });

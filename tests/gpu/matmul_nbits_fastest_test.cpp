@@ -542,6 +542,52 @@ TEST_CASE("the sm_90 wgmma GEMM over 64-token tiles (NBITS_PREFILL_WGMMA_MIN_M) 
     check_wgmma_nodes(nodes, 0x64a0000ull);
 }
 
+TEST_CASE("decode with warps across the columns (NBITS_DECODE_COL_WARPS) meets the float64 oracle")
+{
+    // Every decode case of the feature matrix (M = 1..16, fp16 and bf16) with 2 and 4 warps across a CTA's
+    // columns, the 4 with two column tiles a warp: groups of 32 to 128 columns over N = 157 and 160, so that
+    // whole warps' parts lie past N; plus a wide node whose groups are whole and a K of partial steps.
+    std::vector<FastestCase> decode;
+    for (const FastestCase& c : cases()) {
+        if (c.m <= 16 && c.activation != DataType::Float32) {
+            decode.push_back(c);
+        }
+    }
+    FastestCase wide = feature_case(DataType::Float16, 16, 4, 32, false, Bias::Plain, false, false, 4096, 1000);
+    decode.push_back(wide);
+    wide.gate_up = true;
+    wide.bias = Bias::None;
+    wide.activation = DataType::BFloat16;
+    wide.m = 9;
+    decode.push_back(wide);
+    std::uint64_t seed = 0xc01c0000ull;
+    for (const auto& [col_warps, tiles] : {std::pair<const char*, const char*>{"2", nullptr}, {"4", "2"}}) {
+        CAPTURE(col_warps);
+        const ScopedEnv warps(ops::kDecodeColWarpsEnv, std::string(col_warps));
+        const ScopedEnv tile_count(ops::kDecodeTilesEnv,
+                                   tiles != nullptr ? std::optional<std::string>(tiles) : std::nullopt);
+        std::vector<FastestNode> nodes;
+        for (const FastestCase& c : decode) {
+            nodes.push_back(make_node(c, seed++));
+        }
+        compile_in_parallel(nodes);
+        for (const FastestNode& node : nodes) {
+            CAPTURE(node.spec.describe());
+            Outcome outcome;
+            try {
+                outcome = run_node(node);
+            } catch (const nbits::Error& error) {
+                FAIL_CHECK("the run failed: " << error.what());
+                continue;
+            }
+            CAPTURE(outcome.variant);
+            CAPTURE(outcome.error.describe());
+            CHECK((outcome.variant == "nbits_decode" || outcome.variant == "nbits_decode_gate_up"));
+            check_oracle_bounds(node.spec, outcome);
+        }
+    }
+}
+
 TEST_CASE("a Fastest run writes every element of Y, also for outputs that are not a whole tile")
 {
     for (const std::size_t m : {std::size_t{1}, std::size_t{7}, std::size_t{19}, std::size_t{150}}) {
