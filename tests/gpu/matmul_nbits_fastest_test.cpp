@@ -544,9 +544,9 @@ TEST_CASE("the sm_90 wgmma GEMM over 64-token tiles (NBITS_PREFILL_WGMMA_MIN_M) 
 
 TEST_CASE("decode with warps across the columns (NBITS_DECODE_COL_WARPS) meets the float64 oracle")
 {
-    // Every decode case of the feature matrix (M = 1..16, fp16 and bf16) with 2 and 4 warps across a CTA's
-    // columns, the 4 with two column tiles a warp: groups of 32 to 128 columns over N = 157 and 160, so that
-    // whole warps' parts lie past N; plus a wide node whose groups are whole and a K of partial steps.
+    // Every decode case of the feature matrix (M = 1..16, fp16 and bf16) with 2 warps across a CTA's columns,
+    // those at M = 5 and 16 also with 4 of two column tiles each: groups of 32 to 128 columns over N = 157 and
+    // 160, so that whole warps' parts lie past N; plus two wide nodes whose groups are whole, K of partial steps.
     std::vector<FastestCase> decode;
     for (const FastestCase& c : cases()) {
         if (c.m <= 16 && c.activation != DataType::Float32) {
@@ -568,7 +568,9 @@ TEST_CASE("decode with warps across the columns (NBITS_DECODE_COL_WARPS) meets t
                                    tiles != nullptr ? std::optional<std::string>(tiles) : std::nullopt);
         std::vector<FastestNode> nodes;
         for (const FastestCase& c : decode) {
-            nodes.push_back(make_node(c, seed++));
+            if (col_warps == std::string("2") || c.m == 5 || c.m >= 9) {
+                nodes.push_back(make_node(c, seed++));
+            }
         }
         compile_in_parallel(nodes);
         for (const FastestNode& node : nodes) {
@@ -582,7 +584,9 @@ TEST_CASE("decode with warps across the columns (NBITS_DECODE_COL_WARPS) meets t
             }
             CAPTURE(outcome.variant);
             CAPTURE(outcome.error.describe());
-            CHECK((outcome.variant == "nbits_decode" || outcome.variant == "nbits_decode_gate_up"));
+            // Fastest keeps the original's down-projection GEMV where it measured faster.
+            CHECK((outcome.variant == "nbits_decode" || outcome.variant == "nbits_decode_gate_up" ||
+                   outcome.variant == "gemv_f16_down_projection"));
             check_oracle_bounds(node.spec, outcome);
         }
     }
