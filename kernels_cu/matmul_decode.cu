@@ -114,10 +114,6 @@
 #define NBITS_STAGE_ACTS 0
 #endif
 
-#ifndef NBITS_PREFETCH_ACTS  // tensor cores, 1: a k step's rows of A are sent to L1 when its weights are loaded
-#define NBITS_PREFETCH_ACTS 0
-#endif
-
 #ifndef NBITS_PROGRAMMATIC  // 1: launched as a programmatic dependent of the previous kernel (sm_90+), see tc_run
 #define NBITS_PROGRAMMATIC 0
 #endif
@@ -936,12 +932,6 @@ constexpr int kActRows = kSingleRow ? 1 : 8;
 constexpr int kActRowStride = kSingleRow ? kStepCodes * 2 : kStepCodes * 2 + 8 * kWordCodes;
 constexpr int kActPiecesPerRow = kStepCodes * 2 / 16;
 constexpr int kActStageBytes = kStageActs ? kActRows * kActRowStride : 0;
-// Otherwise, with NBITS_PREFETCH_ACTS, a step's rows of A are prefetched into
-// L1 (128-byte lines) when its weights are loaded, a step before the loads
-// that feed the mma, so those find them in L1 instead of waiting on L2.
-constexpr bool kPrefetchActs = NBITS_PREFETCH_ACTS != 0;
-constexpr int kActLines = kStepCodes * 2 / 128 > 0 ? kStepCodes * 2 / 128 : 1;  // lines of a row a step
-static_assert(!kPrefetchActs || kActLines * 8 * kMTiles <= 32, "NBITS_PREFETCH_ACTS: a lane a line of the step's rows");
 template <int NSETS>
 __host__ __device__ constexpr int stage_bytes() { return weight_stage_bytes<NSETS>() + kActStageBytes; }
 
@@ -1528,15 +1518,6 @@ __device__ __forceinline__ void tc_run(
             w[set].z = zp[set] + row * kZpRowBytes;
         }
         const u32 at = ring + (u32)(stage * stage_bytes<NSETS>());
-        if constexpr (kPrefetchActs && !kStageActs) {
-            // The step's rows of A, loaded from L1 when it is computed a step later: lane l
-            // takes 128-byte line l % kActLines of row l / kActLines.
-            const int r = lane / kActLines;
-            const int k = step * kStepCodes + (lane % kActLines) * 64;
-            if (r < m && k < kK) {
-                asm volatile("prefetch.global.L1 [%0];" : : "l"(static_cast<const u16*>(a) + (long long)r * kK + k));
-            }
-        }
         if constexpr (kStageActs) {
             // The step's activations of rows 0 .. m - 1, 8 codes a piece; zeros past K.
 #pragma unroll

@@ -60,9 +60,8 @@ struct MatMulNBitsConfig {
 // as aliases), NBITS_PREFILL_SPLIT_K (1..8), NBITS_PREFILL_WGMMA_TILE_N
 // (128|256) and NBITS_PREFILL_WGMMA_MIN_M (17..65) for Fastest's fused
 // prefill GEMM, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4),
-// NBITS_DECODE_TILES (1|2), NBITS_DECODE_STAGE_ACTS (0|1),
-// NBITS_DECODE_COL_WARPS (1|2|4) and NBITS_DECODE_PREFETCH_ACTS (0|1) for its
-// decode kernels. Other values are ignored.
+// NBITS_DECODE_TILES (1|2), NBITS_DECODE_STAGE_ACTS (0|1) and
+// NBITS_DECODE_COL_WARPS (1|2|4) for its decode kernels. Other values are ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
 inline constexpr const char* kDownColumnsAliasEnv = "ONNX_GENAI_DOWN_COLS";
@@ -75,7 +74,6 @@ inline constexpr const char* kDecodeStagesEnv = "NBITS_DECODE_STAGES";
 inline constexpr const char* kDecodeTilesEnv = "NBITS_DECODE_TILES";
 inline constexpr const char* kDecodeStageActsEnv = "NBITS_DECODE_STAGE_ACTS";
 inline constexpr const char* kDecodeColWarpsEnv = "NBITS_DECODE_COL_WARPS";
-inline constexpr const char* kDecodePrefetchActsEnv = "NBITS_DECODE_PREFETCH_ACTS";
 
 struct PlanOverrides {
     std::optional<int> down_columns;
@@ -116,10 +114,6 @@ struct PlanOverrides {
     // activations through L1 and a CTA's column group grows by that factor.
     // Unset: the rule in the plan (see the README's routing table).
     std::optional<int> decode_col_warps;
-    // 1: where the tensor-core decode kernels load a k step's activations as
-    // they compute it, each step's rows of A are prefetched into L1 when its
-    // weights are loaded, a step earlier; 0: not. Unset: the rule in the plan.
-    std::optional<int> decode_prefetch_acts;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
     // The same rules over given values (nullopt: unset). DOWN_COLS must be
@@ -127,7 +121,7 @@ struct PlanOverrides {
     // optional '+' ("+4" and "04" count): ACC4_WARPS 1, 2, 4 or 8,
     // PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256,
     // PREFILL_WGMMA_MIN_M 17 to 65, DECODE_PDL 0 or 1, DECODE_STAGES 2 to 4, DECODE_TILES 1 or 2,
-    // DECODE_STAGE_ACTS 0 or 1, DECODE_COL_WARPS 1, 2 or 4, DECODE_PREFETCH_ACTS 0 or 1.
+    // DECODE_STAGE_ACTS 0 or 1, DECODE_COL_WARPS 1, 2 or 4.
     static PlanOverrides parse(const std::optional<std::string>& down_columns,
                                const std::optional<std::string>& accuracy4_warps,
                                const std::optional<std::string>& prefill_split_k = std::nullopt,
@@ -137,8 +131,7 @@ struct PlanOverrides {
                                const std::optional<std::string>& decode_stages = std::nullopt,
                                const std::optional<std::string>& decode_tiles = std::nullopt,
                                const std::optional<std::string>& decode_stage_acts = std::nullopt,
-                               const std::optional<std::string>& decode_col_warps = std::nullopt,
-                               const std::optional<std::string>& decode_prefetch_acts = std::nullopt);
+                               const std::optional<std::string>& decode_col_warps = std::nullopt);
 };
 
 // What the plan may know about the machine, injected so that it stays pure.

@@ -221,8 +221,7 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
                                    const std::optional<std::string>& decode_stages,
                                    const std::optional<std::string>& decode_tiles,
                                    const std::optional<std::string>& decode_stage_acts,
-                                   const std::optional<std::string>& decode_col_warps,
-                                   const std::optional<std::string>& decode_prefetch_acts)
+                                   const std::optional<std::string>& decode_col_warps)
 {
     PlanOverrides overrides;
     // The original matches the exact strings "8", "4" and "2" (no sign, no padding).
@@ -247,7 +246,6 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
     overrides.decode_stage_acts = accepted(decode_stage_acts, [](std::uint32_t on) { return on <= 1; });
     overrides.decode_col_warps =
         accepted(decode_col_warps, [](std::uint32_t warps) { return warps == 1 || warps == 2 || warps == 4; });
-    overrides.decode_prefetch_acts = accepted(decode_prefetch_acts, [](std::uint32_t on) { return on <= 1; });
     return overrides;
 }
 
@@ -261,8 +259,7 @@ PlanOverrides PlanOverrides::from_environment()
     return parse(first(kDownColumnsEnv, kDownColumnsAliasEnv), first(kAccuracy4WarpsEnv, kAccuracy4WarpsAliasEnv),
                  environment(kPrefillSplitKEnv), environment(kPrefillWgmmaTileNEnv), environment(kPrefillWgmmaMinMEnv),
                  environment(kDecodeProgrammaticEnv), environment(kDecodeStagesEnv),
-                 environment(kDecodeTilesEnv), environment(kDecodeStageActsEnv), environment(kDecodeColWarpsEnv),
-                 environment(kDecodePrefetchActsEnv));
+                 environment(kDecodeTilesEnv), environment(kDecodeStageActsEnv), environment(kDecodeColWarpsEnv));
 }
 
 MatMulNBits::MatMulNBits(std::shared_ptr<CudaRuntime> runtime, const NodeAttributes& attributes,

@@ -648,7 +648,6 @@ struct DecodeGeometry {
     int col_warps;
     int chunks;
     bool stage_acts;
-    bool prefetch_acts;
     std::uint32_t grid;
     std::uint32_t shared_bytes;
 };
@@ -800,9 +799,6 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
             geometry.col_warps = 1;
         }
     }
-    // Where A is loaded as each step is computed, its rows are prefetched into L1 a step ahead.
-    const std::optional<int> forced_prefetch = fastest.request.context.overrides.decode_prefetch_acts;
-    geometry.prefetch_acts = !geometry.stage_acts && (forced_prefetch ? *forced_prefetch == 1 : fastest.m > 1);
     const Blocks chosen = choose_blocks(geometry.tiles);
     geometry.min_blocks = chosen.blocks;
     geometry.grid = static_cast<std::uint32_t>(chosen.grid);
@@ -851,7 +847,6 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     int col_warps = 1;
     int chunks = 1;
     bool stage_acts = false;
-    bool prefetch_acts = false;
     std::uint32_t stages = kDecodeStages;
     int cols_per_warp = 1;
     std::size_t max_m = 1;
@@ -870,7 +865,6 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         col_warps = geometry.col_warps;
         chunks = geometry.chunks;
         stage_acts = geometry.stage_acts;
-        prefetch_acts = geometry.prefetch_acts;
         stages = geometry.stages;
         grid = geometry.grid;
         shared_bytes = geometry.shared_bytes;
@@ -919,7 +913,6 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
             .define("NBITS_STAGES", stages)
             .define("NBITS_CHUNKS", chunks)
             .define("NBITS_STAGE_ACTS", stage_acts ? 1 : 0)
-            .define("NBITS_PREFETCH_ACTS", prefetch_acts ? 1 : 0)
             .shared_memory(shared_bytes, true);
         if (programmatic) {
             step.define("NBITS_PROGRAMMATIC", 1).programmatic_dependent(true);
@@ -927,7 +920,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     }
     step.grid(grid).block(32 * warps).add_to(plan, fastest.request);
     set_variant(plan, paired ? "nbits_decode_gate_up" : "nbits_decode",
-                [m, warps, grid, tiles, col_warps, f32, programmatic, stage_acts, prefetch_acts,
+                [m, warps, grid, tiles, col_warps, f32, programmatic, stage_acts,
                  normalized = fastest.gamma != nullptr] {
                     return fmt::format("M={} decode{}: one pass over the weights for every row on {} ({} warps split "
                                        "K{}, {} CTAs over {}-column groups{}), specialised on K, bits, block size and "
@@ -937,9 +930,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
                                        warps / col_warps,
                                        col_warps > 1 ? fmt::format(" and {} the columns", col_warps) : std::string(),
                                        grid, 16 * tiles * col_warps,
-                                       stage_acts      ? ", the rows of A staged with the weights"
-                                       : prefetch_acts ? ", the rows of A prefetched into L1 a step ahead"
-                                                       : "",
+                                       stage_acts ? ", the rows of A staged with the weights" : "",
                                        programmatic ? "; a programmatic dependent of the kernel before it" : "");
                 });
     record_bias_stage(plan, o.has_bias(), config.fold_bias_post_round);

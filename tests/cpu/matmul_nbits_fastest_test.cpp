@@ -754,32 +754,6 @@ TEST_CASE("Fastest decode puts two warps across the columns where A is loaded as
     CHECK_FALSE(col_warps("8").decode_col_warps.has_value());
 }
 
-TEST_CASE("Fastest decode prefetches the rows of A into L1 a step ahead where it loads them as computed")
-{
-    auto prefetch = [](const char* value) {
-        return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                                    std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                                    std::string(value));
-    };
-    auto prefetched = [](const test::Problem& problem) {
-        return defines(test::kernel_step(problem.plan(), 0), "NBITS_PREFETCH_ACTS=1");
-    };
-    CHECK(prefetched(fastest(node(4096, 128256), rows(16))));
-    CHECK(prefetched(fastest(node(4096, 128256), rows(2))));
-    CHECK(prefetched(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(8))));
-    // Not where A goes through the ring with the weights (M = 1, Llama-3-8B down at M = 8), forced or not.
-    CHECK_FALSE(prefetched(fastest(node(4096, 128256), rows(1))));
-    CHECK_FALSE(prefetched(fastest(node(14336, 4096), rows(8))));
-    test::Problem staged = fastest(node(14336, 4096), rows(8));
-    staged.context.overrides = prefetch("1");
-    CHECK_FALSE(prefetched(staged));
-    test::Problem off = fastest(node(4096, 128256), rows(16));
-    off.context.overrides = prefetch("0");
-    CHECK(defines(test::kernel_step(off.plan(), 0), "NBITS_PREFETCH_ACTS=0"));
-    CHECK(prefetch("1").decode_prefetch_acts == 1);
-    CHECK_FALSE(prefetch("2").decode_prefetch_acts.has_value());
-}
-
 TEST_CASE("Fastest decode stages the activations with the weights up to M = 8 unless NBITS_DECODE_STAGE_ACTS=0")
 {
     auto stage_acts = [](const char* value) {

@@ -90,7 +90,6 @@ struct PlanOptions {
     std::optional<std::string> decode_tiles;
     std::optional<std::string> decode_stage_acts;
     std::optional<std::string> decode_col_warps;
-    std::optional<std::string> decode_prefetch_acts;
 
     bool json = false;
     bool help = false;
@@ -114,7 +113,6 @@ constexpr OverrideFlag kOverrideFlags[] = {
     {"decode-tiles", "1|2", kDecodeTilesEnv, &PlanOptions::decode_tiles},
     {"decode-stage-acts", "0|1", kDecodeStageActsEnv, &PlanOptions::decode_stage_acts},
     {"decode-col-warps", "1|2|4", kDecodeColWarpsEnv, &PlanOptions::decode_col_warps},
-    {"decode-prefetch-acts", "0|1", kDecodePrefetchActsEnv, &PlanOptions::decode_prefetch_acts},
 };
 
 tools::CommandLine command_line(PlanOptions& o)
@@ -235,13 +233,12 @@ std::string plan_text(const PlanOptions& o)
     const PlanOverrides forced = PlanOverrides::parse(o.down_columns, o.accuracy4_warps, o.prefill_split_k,
                                                       o.prefill_wgmma_tile_n, o.prefill_wgmma_min_m,
                                                       o.decode_programmatic, o.decode_stages, o.decode_tiles,
-                                                      o.decode_stage_acts, o.decode_col_warps,
-                                                      o.decode_prefetch_acts);
+                                                      o.decode_stage_acts, o.decode_col_warps);
     for (auto field : {&PlanOverrides::down_columns, &PlanOverrides::accuracy4_warps, &PlanOverrides::prefill_split_k,
                        &PlanOverrides::prefill_wgmma_tile_n, &PlanOverrides::prefill_wgmma_min_m,
                        &PlanOverrides::decode_programmatic, &PlanOverrides::decode_stages,
                        &PlanOverrides::decode_tiles, &PlanOverrides::decode_stage_acts,
-                       &PlanOverrides::decode_col_warps, &PlanOverrides::decode_prefetch_acts}) {
+                       &PlanOverrides::decode_col_warps}) {
         if (forced.*field) {
             context.overrides.*field = forced.*field;
         }
