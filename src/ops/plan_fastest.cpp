@@ -785,14 +785,18 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
             "capability 8.0 or later, or KernelPolicy::Original",
             shared(geometry.tiles), device.name, device.max_shared_memory_per_block_optin, geometry.stages));
     }
-    // Two warps across the columns where each k step's activations are loaded as it is computed and the wider
-    // groups cost no more CTA rounds times columns: the two warps of a step share its activations through L1, so
-    // L2 serves A once per group of twice the columns (each CTA reads all of A, at M = 9..16 twice the weight
-    // bytes of a 32-column group). Measured on the H200: see the README's decode section.
+    // Two warps across the columns where each k step's activations are loaded as it is computed, for the paired
+    // node or one batch tile, and where the wider groups cost no more CTA rounds times columns: the two warps of a
+    // step share its activations through L1 and a CTA covers twice the columns. Measured on the H200 in two runs
+    // against one warp (same call each): the paired Llama-3-8B gate/up 36.3 -> 34.3 and 36.0 -> 34.3 us at
+    // M = 16, Phi-3.5 gate/up 16.0 -> 15.3 twice, lm_head at M = 8 96.2 -> 93.5 and 95.3 -> 93.1; one weight
+    // set of two batch tiles lost (lm_head at M = 16 137.7 -> 144.3 and 137.0 -> 144.1, Llama-3-70B qkv
+    // 32.4 -> 32.9 and 32.2 -> 33.0). ncu on lm_head at M = 16: the warps wait on those activations' loads (the
+    // first use of each step's A words holds 27% of the stall samples), and sharing them does not shorten that.
     const std::optional<int> forced_col_warps = fastest.request.context.overrides.decode_col_warps;
     if (forced_col_warps) {
         geometry.col_warps = std::min(*forced_col_warps, static_cast<int>(geometry.warps));
-    } else if (fastest.m > 1 && !geometry.stage_acts && geometry.warps >= 2) {
+    } else if (fastest.m > 1 && !geometry.stage_acts && geometry.warps >= 2 && (paired || m_tiles == 1)) {
         const std::size_t narrow = choose_blocks(geometry.tiles).cost;
         geometry.col_warps = 2;
         if (2 * choose_blocks(geometry.tiles).cost > narrow) {
