@@ -23,8 +23,9 @@
 // are never rounded to T (see kExact). The warps of a CTA split K (warp w takes
 // steps w, w + warps, ...) over NBITS_TILES 16-column tiles, or with
 // NBITS_COL_WARPS c > 1 the CTA's columns into c parts of NBITS_TILES tiles
-// and K over warps / c, and meet in shared memory; a CTA loops over column groups blockIdx.x, + gridDim.x, ... with the
-// next group's first loads in flight across the boundary.
+// and K over warps / c, and meet in shared memory; a CTA loops over column
+// groups blockIdx.x, + gridDim.x, ... with the next group's first loads in
+// flight across the boundary.
 //
 // fp32 (NBITS_ACT 2): CUDA cores. A warp owns NBITS_COLS_PER_WARP adjacent
 // columns over all of K, lane l the 16-byte chunk l of each 32-chunk step;
@@ -34,8 +35,8 @@
 // Launch, block 32 * NBITS_WARPS threads:
 //   tensor cores: grid = min(ceil(N / (16 * NBITS_TILES * NBITS_COL_WARPS)), SMs * NBITS_MIN_BLOCKS)
 //     (any grid >= 1 is correct: a CTA takes every gridDim.x-th column group);
-//     M <= 8 * NBITS_M_TILES (M = 1 with NBITS_SINGLE_ROW); NBITS_WARPS / NBITS_COL_WARPS <= ceil(K / k_step), k_step = 128
-//     codes (int4) or 64 (int8) times NBITS_CHUNKS (a static_assert checks);
+//     M <= 8 * NBITS_M_TILES (M = 1 with NBITS_SINGLE_ROW); NBITS_WARPS / NBITS_COL_WARPS <= ceil(K / k_step),
+//     k_step = 128 codes (int4) or 64 (int8) times NBITS_CHUNKS (a static_assert checks);
 //     dynamic shared memory sizeof(TcShared) = 16-byte rounded sum of
 //       warps * NBITS_STAGES * (sets * tiles * chunks * 2 * 512 + act)  (the cp.async rings)
 //       2 * sets * tiles * m_tiles * 4 * warps * 32 * 4                  (partial sums)
@@ -1341,9 +1342,9 @@ __device__ __forceinline__ void tc_compute(
 
 // Cross-warp reduction of one column group. Accumulator element (j, mt, i)
 // of lane (g, t) of a warp of part p is output column p kWarpCols + 16 j + g
-// + 8 (i / 2), row 8 mt + 2 t + i % 2; `store` gets the column within the group, the row and the NSETS
-// sums (in fixed warp order), times the row's inverse RMS when the prologue
-// is on. The shared arrays alternate between groups so that one barrier a
+// + 8 (i / 2), row 8 mt + 2 t + i % 2; `store` gets the column within the
+// group, the row and the NSETS sums (in fixed warp order), times the row's
+// inverse RMS when the prologue is on. The shared arrays alternate between groups so that one barrier a
 // group suffices.
 constexpr int kVals = kTiles * kMTiles * 4;
 template <int NSETS>

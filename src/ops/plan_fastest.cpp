@@ -740,20 +740,19 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     if (geometry.stage_acts && !fits(base_blocks, geometry.tiles)) {
         geometry.stage_acts = false;
     }
-    geometry.col_warps = 1;
     if (geometry.tiles == 2 && !fits(base_blocks, 2)) {
         geometry.tiles = 1;
     }
-    // CTAs per SM for `tiles`: base_blocks (fewer where shared memory is short), or 1.5x that where it costs
-    // fewer CTA rounds times CTAs per SM (the time of a round grows with the CTAs sharing an SM); with the grid
-    // that walks the column groups.
+    // CTAs per SM for `tiles` of `col_warps` warps across the columns: base_blocks (fewer where shared memory is
+    // short), or 1.5x that where it costs fewer CTA rounds times CTAs per SM (the time of a round grows with the
+    // CTAs sharing an SM); with the grid that walks the column groups.
     struct Blocks {
         std::uint32_t blocks;
         std::size_t cost;
         std::size_t grid;
     };
-    auto choose_blocks = [&](int tiles) {
-        const std::size_t groups = div_ceil(config.n, 16 * static_cast<std::size_t>(tiles * geometry.col_warps));
+    auto choose_blocks = [&](int tiles, int col_warps) {
+        const std::size_t groups = div_ceil(config.n, 16 * static_cast<std::size_t>(tiles * col_warps));
         auto cost = [&](std::uint32_t blocks) {
             const std::size_t ctas = std::min<std::size_t>(groups, sms * blocks);
             return div_ceil(groups, ctas) * blocks;
@@ -775,7 +774,7 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     // 16 rounds, Llama-3-70B down 70.6 against 60.6 for 2 against 1). Llama-3-70B qkv (320 two-tile groups on
     // 264 CTAs: 2 rounds) then runs 3 rounds of 640 single-tile groups: 32.5 against 34.7 us.
     if (m_tiles == 2 && geometry.tiles == 2 && !forced_tiles && fits(1, 1) &&
-        6 * choose_blocks(1).cost < 10 * choose_blocks(2).cost) {
+        6 * choose_blocks(1, 1).cost < 10 * choose_blocks(2, 1).cost) {
         geometry.tiles = 1;
     }
     if (!fits(1, geometry.tiles)) {
@@ -796,14 +795,14 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     const std::optional<int> forced_col_warps = fastest.request.context.overrides.decode_col_warps;
     if (forced_col_warps) {
         geometry.col_warps = std::min(*forced_col_warps, static_cast<int>(geometry.warps));
-    } else if (fastest.m > 1 && !geometry.stage_acts && geometry.warps >= 2 && (paired || m_tiles == 1)) {
-        const std::size_t narrow = choose_blocks(geometry.tiles).cost;
-        geometry.col_warps = 2;
-        if (2 * choose_blocks(geometry.tiles).cost > narrow) {
-            geometry.col_warps = 1;
-        }
+    } else {
+        const bool loaded_as_computed = fastest.m > 1 && !geometry.stage_acts && geometry.warps >= 2;
+        geometry.col_warps = loaded_as_computed && (paired || m_tiles == 1) &&
+                                     2 * choose_blocks(geometry.tiles, 2).cost <= choose_blocks(geometry.tiles, 1).cost
+                                 ? 2
+                                 : 1;
     }
-    const Blocks chosen = choose_blocks(geometry.tiles);
+    const Blocks chosen = choose_blocks(geometry.tiles, geometry.col_warps);
     geometry.min_blocks = chosen.blocks;
     geometry.grid = static_cast<std::uint32_t>(chosen.grid);
     geometry.shared_bytes = shared(geometry.tiles);

@@ -318,16 +318,18 @@ Outcome run_node(const FastestNode& node)
 
 Outcome run_case(const FastestCase& c, std::uint64_t seed) { return run_node(make_node(c, seed)); }
 
-// The run of a case, or a failed check saying why it threw.
-std::optional<Outcome> run_or_fail(const FastestCase& c, std::uint64_t seed)
+// The run of a node, or a failed check saying why it threw.
+std::optional<Outcome> run_or_fail(const FastestNode& node)
 {
     try {
-        return run_case(c, seed);
+        return run_node(node);
     } catch (const nbits::Error& error) {
         FAIL_CHECK("the run failed: " << error.what());
         return std::nullopt;
     }
 }
+
+std::optional<Outcome> run_or_fail(const FastestCase& c, std::uint64_t seed) { return run_or_fail(make_node(c, seed)); }
 
 // The original's float64 bounds (bf16: 2e-2 of the output's scale), and no non-finite output.
 void check_oracle_bounds(const FastestCase& c, const Outcome& outcome)
@@ -373,13 +375,11 @@ TEST_CASE("KernelPolicy::Fastest meets the float64 oracle on every feature combi
     for (const FastestNode& node : nodes) {
         const FastestCase& c = node.spec;
         CAPTURE(c.describe());
-        Outcome outcome;
-        try {
-            outcome = run_node(node);
-        } catch (const nbits::Error& error) {
-            FAIL_CHECK("the run failed: " << error.what());
+        const std::optional<Outcome> ran = run_or_fail(node);
+        if (!ran) {
             continue;
         }
+        const Outcome& outcome = *ran;
         CAPTURE(outcome.variant);
         CAPTURE(outcome.error.describe());
         // Fastest keeps the original's down-projection GEMV where it measured faster; all else is nbits' own.
@@ -575,13 +575,11 @@ TEST_CASE("decode with warps across the columns (NBITS_DECODE_COL_WARPS) meets t
         compile_in_parallel(nodes);
         for (const FastestNode& node : nodes) {
             CAPTURE(node.spec.describe());
-            Outcome outcome;
-            try {
-                outcome = run_node(node);
-            } catch (const nbits::Error& error) {
-                FAIL_CHECK("the run failed: " << error.what());
+            const std::optional<Outcome> ran = run_or_fail(node);
+            if (!ran) {
                 continue;
             }
+            const Outcome& outcome = *ran;
             CAPTURE(outcome.variant);
             CAPTURE(outcome.error.describe());
             // Fastest keeps the original's down-projection GEMV where it measured faster.
