@@ -24,7 +24,8 @@
 // steps w, w + warps, ...) over NBITS_TILES 16-column tiles, or with
 // NBITS_COL_WARPS c > 1 the CTA's columns into c parts of NBITS_TILES tiles
 // and K over warps / c, and meet in shared memory; a CTA loops over column
-// groups blockIdx.x, + gridDim.x, ... with the next group's first loads in
+// groups blockIdx.x, + gridDim.x, ... (with NBITS_CLUSTER_K > 1 a thread
+// block cluster per group, its CTAs splitting K) with the next group's first loads in
 // flight across the boundary.
 //
 // fp32 (NBITS_ACT 2): CUDA cores. A warp owns NBITS_COLS_PER_WARP adjacent
@@ -33,16 +34,17 @@
 // FFMA per block, then scaled.
 //
 // Launch, block 32 * NBITS_WARPS threads:
-//   tensor cores: grid = min(ceil(N / (16 * NBITS_TILES * NBITS_COL_WARPS)), SMs * NBITS_MIN_BLOCKS)
-//     (any grid >= 1 is correct: a CTA takes every gridDim.x-th column group);
-//     M <= 8 * NBITS_M_TILES (M = 1 with NBITS_SINGLE_ROW); NBITS_WARPS / NBITS_COL_WARPS <= ceil(K / k_step),
+//   tensor cores: grid = C * min(ceil(N / (16 * NBITS_TILES * NBITS_COL_WARPS)), SMs * NBITS_MIN_BLOCKS / C),
+//     C = NBITS_CLUSTER_K (any grid >= 1 that C divides is correct: a cluster takes every
+//     (gridDim.x / C)-th column group); M <= 8 * NBITS_M_TILES (M = 1 with NBITS_SINGLE_ROW);
+//     C * NBITS_WARPS / NBITS_COL_WARPS <= ceil(K / k_step),
 //     k_step = 128 codes (int4) or 64 (int8) times NBITS_CHUNKS (a static_assert checks);
 //     dynamic shared memory sizeof(TcShared) = 16-byte rounded sum of
 //       warps * NBITS_STAGES * (sets * tiles * chunks * 2 * 512 + act)  (the cp.async rings)
 //       2 * sets * tiles * m_tiles * 4 * warps * 32 * 4                  (partial sums)
 //       2 * (rms ? warps * 8 * m_tiles : 1) * 4                          (RMS squares)
 //     (less traps), act = 0, or with NBITS_STAGE_ACTS the staged rows of A:
-//     k_step * 2 at M = 1, else 8 * (k_step * 2 + 8 * codes a 32-bit word holds).
+//     k_step * 2 at M = 1, else 8 * m_tiles * (k_step * 2 + 8 * codes a 32-bit word holds).
 //   fp32: grid = ceil(N / (NBITS_WARPS * NBITS_COLS_PER_WARP)); M <= NBITS_MAX_M; no dynamic shared memory.
 // Pointer alignment (bytes) the loads need is noted at each parameter: a and
 // gamma 16, b 16 (8 suffices for int4 block 16 with an odd block count),
@@ -92,6 +94,9 @@
 #ifndef NBITS_COL_WARPS  // tensor cores: warps across a CTA's column tiles (the others split K), 1, 2 or 4
 #define NBITS_COL_WARPS 1
 #endif
+#ifndef NBITS_CLUSTER_K  // tensor cores: CTAs of a thread block cluster splitting each column group's K (1, 2, 4)
+#define NBITS_CLUSTER_K 1
+#endif
 #ifndef NBITS_M_TILES  // tensor cores: 8-row batch tiles (1: M <= 8, 2: M <= 16)
 #define NBITS_M_TILES 1
 #endif
@@ -111,7 +116,7 @@
 #define NBITS_L2_PREFETCH 128
 #endif
 
-#ifndef NBITS_STAGE_ACTS  // tensor cores, 1: the rows of A go through the cp.async ring with the weights (M <= 8)
+#ifndef NBITS_STAGE_ACTS  // tensor cores, 1: the rows of A go through the cp.async ring with the weights
 #define NBITS_STAGE_ACTS 0
 #endif
 
@@ -120,6 +125,15 @@
 #endif
 #if NBITS_PROGRAMMATIC && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #error "NBITS_PROGRAMMATIC needs griddepcontrol (compute capability 9.0 and newer)"
+#endif
+#if NBITS_CLUSTER_K > 1 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "NBITS_CLUSTER_K needs thread block clusters (compute capability 9.0 and newer)"
+#endif
+// The CTAs of a cluster are consecutive along x.
+#if NBITS_CLUSTER_K > 1
+#define NBITS_DECODE_CLUSTER __cluster_dims__(NBITS_CLUSTER_K, 1, 1)
+#else
+#define NBITS_DECODE_CLUSTER
 #endif
 
 #if NBITS_L2_PREFETCH == 64
@@ -753,6 +767,13 @@ constexpr int kKWarps = kWarps / kColWarps;  // warps splitting K
 constexpr int kWarpCols = 16 * kTiles;
 constexpr int kCtaCols = kWarpCols * kColWarps;
 static_assert(kColWarps == 1 || kColWarps == 2 || kColWarps == 4, "NBITS_COL_WARPS is 1, 2 or 4");
+// A cluster of kClusterK CTAs takes one column group at a time, its CTAs'
+// warps splitting K together (kSplitWarps in all) and summing their partials
+// through distributed shared memory: a group is kClusterK times less work
+// per CTA, so the last round of groups over the grid leaves fewer SMs idle.
+constexpr int kClusterK = NBITS_CLUSTER_K;
+constexpr int kSplitWarps = kClusterK * kKWarps;
+static_assert(kClusterK == 1 || kClusterK == 2 || kClusterK == 4, "NBITS_CLUSTER_K is 1, 2 or 4");
 static_assert(kWarps % kColWarps == 0, "NBITS_WARPS is a multiple of NBITS_COL_WARPS");
 constexpr int kStepCodes = 4 * kChunks * kChunkCodes;
 constexpr int kStepBytes = 64 * kChunks;
@@ -792,7 +813,8 @@ constexpr int kSlotsPerBlock = kBlock / kChunkCodes >= 4 ? 4 : (kBlock / kChunkC
 // Scales (and zero points) a row needs per chunk index r.
 constexpr int kScalesPerChunk = kExact ? 4 / kSlotsPerBlock : kBlocksPerChunk;
 constexpr int kSteps = kFullSteps + (kHasTail ? 1 : 0);
-static_assert(kSteps >= kKWarps, "every warp needs a k step: NBITS_WARPS / NBITS_COL_WARPS <= ceil(K / k step)");
+static_assert(kSteps >= kSplitWarps,
+              "every warp needs a k step: NBITS_CLUSTER_K * NBITS_WARPS / NBITS_COL_WARPS <= ceil(K / k step)");
 #ifndef NBITS_STAGES  // k steps of weights in flight per warp: a cp.async ring in shared memory
 #define NBITS_STAGES 2
 #endif
@@ -917,7 +939,7 @@ template <int NSETS>
 __host__ __device__ constexpr int weight_stage_bytes() { return NSETS * kTiles * 2 * kChunks * kSlotBytes; }
 
 // With NBITS_STAGE_ACTS a stage also holds the step's kStepCodes activations
-// of each row of A (one row with NBITS_SINGLE_ROW, else the 8 of the batch
+// of each row of A (one row with NBITS_SINGLE_ROW, else the 8 of each batch
 // tile), after the weights, copied in 16-byte pieces with them: the k step
 // then waits on no load from L2 (a long K re-reads A from L2 in every CTA,
 // where the activations of a step arrived only when it was computed). Rows
@@ -927,9 +949,9 @@ __host__ __device__ constexpr int weight_stage_bytes() { return NSETS * kTiles *
 // rows of whole 16-byte pieces (K % 8 == 0), so that a piece is either inside
 // K or past it and zero-filled.
 constexpr bool kStageActs = NBITS_STAGE_ACTS != 0;
-static_assert(!kStageActs || (kMTiles == 1 && !kRms && kActAlign == 16),
-              "NBITS_STAGE_ACTS needs NBITS_M_TILES 1, no RMS-norm prologue and K % 8 == 0");
-constexpr int kActRows = kSingleRow ? 1 : 8;
+static_assert(!kStageActs || (!kRms && kActAlign == 16),
+              "NBITS_STAGE_ACTS needs no RMS-norm prologue and K % 8 == 0");
+constexpr int kActRows = kSingleRow ? 1 : 8 * kMTiles;
 constexpr int kActRowStride = kSingleRow ? kStepCodes * 2 : kStepCodes * 2 + 8 * kWordCodes;
 constexpr int kActPiecesPerRow = kStepCodes * 2 / 16;
 constexpr int kActStageBytes = kStageActs ? kActRows * kActRowStride : 0;
@@ -1190,7 +1212,7 @@ __device__ __forceinline__ void load_b_word(
         for (int i = 0; i < kPairs; ++i) nat[i] = 0u;
         if (act.ok[mt]) {
             if constexpr (kStageActs) {
-                ld_shared_words<2 * kWordCodes>(staged, nat);
+                ld_shared_words<2 * kWordCodes>(staged + (u32)(8 * mt * kActRowStride), nat);
             } else {
                 load_act_word<TAIL>(act.row[mt], k, nat);
             }
@@ -1343,9 +1365,13 @@ __device__ __forceinline__ void tc_compute(
 // Cross-warp reduction of one column group. Accumulator element (j, mt, i)
 // of lane (g, t) of a warp of part p is output column p kWarpCols + 16 j + g
 // + 8 (i / 2), row 8 mt + 2 t + i % 2; `store` gets the column within the
-// group, the row and the NSETS sums (in fixed warp order), times the row's
-// inverse RMS when the prologue is on. The shared arrays alternate between groups so that one barrier a
-// group suffices.
+// group, the row and the NSETS sums (in fixed order: cluster rank, then
+// warp), times the row's inverse RMS when the prologue is on. With
+// kClusterK > 1 the barrier spans the cluster, the sums read every CTA's
+// partials and the CTAs share the outputs. The shared arrays alternate
+// between groups so that one barrier a group suffices: a CTA writes a
+// buffer again only after the next group's barrier, which every CTA reaches
+// after its reads of this one.
 constexpr int kVals = kTiles * kMTiles * 4;
 template <int NSETS>
 struct TcShared {
@@ -1361,6 +1387,14 @@ __device__ __forceinline__ void tc_finish(
 {
     auto& partial = shared.partial;
     auto& squares = shared.squares;
+    // The partial or square at `local` (this CTA's copy) of CTA `rank` of the cluster.
+    auto of_rank = [](const float& local, int rank) {
+        if constexpr (kClusterK == 1) {
+            return local;
+        } else {
+            return cluster_load_f32(shared_address(&local), rank);
+        }
+    };
 
 #pragma unroll
     for (int set = 0; set < NSETS; ++set)
@@ -1382,9 +1416,15 @@ __device__ __forceinline__ void tc_finish(
             }
         }
     }
-    __syncthreads();
+    int first = (int)threadIdx.x;
+    if constexpr (kClusterK > 1) {
+        cluster_sync();
+        first += cluster_rank() * kThreads;
+    } else {
+        __syncthreads();
+    }
 
-    for (int e = (int)threadIdx.x; e < kColWarps * kVals * 32; e += kThreads) {
+    for (int e = first; e < kColWarps * kVals * 32; e += kClusterK * kThreads) {
         const int part = kColWarps == 1 ? 0 : e / (kVals * 32);  // the column warps' share of the group
         const int v = kColWarps == 1 ? e >> 5 : (e >> 5) % kVals;
         const int l = e & 31;
@@ -1401,13 +1441,17 @@ __device__ __forceinline__ void tc_finish(
         for (int set = 0; set < NSETS; ++set) {
             float s = 0.0f;
 #pragma unroll
-            for (int ww = 0; ww < kKWarps; ++ww) s += partial[parity][set][v][ww * kColWarps + part][l];
+            for (int r = 0; r < kClusterK; ++r)
+#pragma unroll
+                for (int ww = 0; ww < kKWarps; ++ww) s += of_rank(partial[parity][set][v][ww * kColWarps + part][l], r);
             sums[set] = s;
         }
         if constexpr (kRms) {
             float sq = 0.0f;
 #pragma unroll
-            for (int ww = 0; ww < kKWarps; ++ww) sq += squares[parity][ww * kColWarps][row];
+            for (int r = 0; r < kClusterK; ++r)
+#pragma unroll
+                for (int ww = 0; ww < kKWarps; ++ww) sq += of_rank(squares[parity][ww * kColWarps][row], r);
             const float r = inv_rms(sq, epsilon);
 #pragma unroll
             for (int set = 0; set < NSETS; ++set) sums[set] *= r;
@@ -1416,9 +1460,10 @@ __device__ __forceinline__ void tc_finish(
     }
 }
 
-// The whole kernel body. CTA c takes column groups c, c + gridDim.x, ...
-// (kCtaCols columns each); warp w takes the kWarpCols columns of part
-// w % kColWarps and k steps w / kColWarps, + kKWarps, ... of each group. The
+// The whole kernel body. Cluster c (CTA c when kClusterK is 1) takes column
+// groups c, c + clusters, ... (kCtaCols columns each); warp w of CTA rank r
+// takes the kWarpCols columns of part w % kColWarps and k steps
+// r kKWarps + w / kColWarps, + kSplitWarps, ... of each group. The
 // steps of all its groups form one sequence per warp, pipelined across group
 // boundaries, so a CTA pays the DRAM latency once, not once a group.
 // store(group, col, row, sums) writes one output.
@@ -1432,14 +1477,19 @@ __device__ __forceinline__ void tc_run(
     const int g = lane >> 2;
     const int t = lane & 3;
     const int groups = (n + kCtaCols - 1) / kCtaCols;
-    const int my_groups = (int)blockIdx.x < groups ? (groups - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    const int cluster = (int)blockIdx.x / kClusterK;
+    const int clusters = (int)gridDim.x / kClusterK;
+    const int my_groups = cluster < groups ? (groups - 1 - cluster) / clusters + 1 : 0;
     // Every warp walks the same number of items a group (a warp with fewer k
     // steps idles through the last), so that the group's cross-warp
     // reduction and its __syncthreads come at the same point of the unrolled
     // pipeline in every warp.
-    const int steps = (kSteps + kKWarps - 1) / kKWarps;
+    const int steps = (kSteps + kSplitWarps - 1) / kSplitWarps;
     const int part = warp % kColWarps;
-    const int kwarp = warp / kColWarps;
+    int kwarp = warp / kColWarps;  // among the cluster's warps that split K
+    if constexpr (kClusterK > 1) {
+        kwarp += cluster_rank() * kKWarps;
+    }
 
     // The layout the launch sizes dynamic shared memory by; a smaller
     // allocation is a launch error, not a silent overrun.
@@ -1487,25 +1537,25 @@ __device__ __forceinline__ void tc_run(
     clear();
     int parity = 0;
 
-    // The items of this warp in order: k steps kwarp, kwarp + kKWarps, ... of
-    // groups blockIdx.x, + gridDim.x, ... Loads and computes walk them with
+    // The items of this warp in order: k steps kwarp, kwarp + kSplitWarps, ...
+    // of groups cluster, + clusters, ... Loads and computes walk them with
     // their own cursors (loads run kStages - 1 items ahead).
     struct Cursor {
         int group, index;  // column group, and the item's index among the group's steps
     };
-    Cursor next_load{(int)blockIdx.x, 0};
-    Cursor next_compute{(int)blockIdx.x, 0};
+    Cursor next_load{cluster, 0};
+    Cursor next_compute{cluster, 0};
     auto advance = [&](Cursor& c) {
         if (++c.index == steps) {
             c.index = 0;
-            c.group += (int)gridDim.x;
+            c.group += clusters;
         }
     };
     const u32 ring = shared_address(shared.stages[warp]);
 
     auto load = [&](TcFrag<NSETS>& f, int stage, int) {
         const int n0 = next_load.group * kCtaCols + part * kWarpCols;
-        const int step = kwarp + next_load.index * kKWarps;
+        const int step = kwarp + next_load.index * kSplitWarps;
         advance(next_load);
         if (step >= kSteps) {
             return;
@@ -1557,7 +1607,7 @@ __device__ __forceinline__ void tc_run(
     };
     auto compute = [&](const TcFrag<NSETS>& f, int stage, int) {
         const int group = next_compute.group;
-        const int step = kwarp + next_compute.index * kKWarps;
+        const int step = kwarp + next_compute.index * kSplitWarps;
         const bool last = next_compute.index == steps - 1;
         advance(next_compute);
         const u32 at = ring + (u32)(stage * stage_bytes<NSETS>());
@@ -1577,6 +1627,9 @@ __device__ __forceinline__ void tc_run(
     };
     TcFrag<NSETS> frags[kStages];
     staged_steps(my_groups * steps, frags, load, compute);
+    if constexpr (kClusterK > 1) {
+        cluster_sync();  // no CTA leaves while the cluster reads its partials
+    }
 }
 
 #endif  // tensor cores
@@ -1587,7 +1640,8 @@ __device__ __forceinline__ void tc_run(
 // Y = A' * dequant(B)^T (+ bias). Geometry in the file comment; rows of A
 // past m are zeros, columns past n are neither read nor written.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_decode_matmul
-extern "C" __global__ void __launch_bounds__(nbits_decode::kThreads, NBITS_MIN_BLOCKS) nbits_decode_matmul(
+extern "C" __global__ void __launch_bounds__(nbits_decode::kThreads, NBITS_MIN_BLOCKS) NBITS_DECODE_CLUSTER
+nbits_decode_matmul(
     const act_t* __restrict__ a,               // align 16
     const unsigned char* __restrict__ b,       // align 16
     const scale_t* __restrict__ scales,        // align 8
@@ -1618,7 +1672,8 @@ extern "C" __global__ void __launch_bounds__(nbits_decode::kThreads, NBITS_MIN_B
 
 // Y = silu(A' * W_gate^T) * (A' * W_up^T), both sets in one pass over A.
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_decode_gate_up
-extern "C" __global__ void __launch_bounds__(nbits_decode::kThreads, NBITS_MIN_BLOCKS) nbits_decode_gate_up(
+extern "C" __global__ void __launch_bounds__(nbits_decode::kThreads, NBITS_MIN_BLOCKS) NBITS_DECODE_CLUSTER
+nbits_decode_gate_up(
     const act_t* __restrict__ a,               // align 16
     const unsigned char* __restrict__ b_gate,  // align 16
     const scale_t* __restrict__ scales_gate,   // align 8

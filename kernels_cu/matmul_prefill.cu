@@ -366,27 +366,6 @@ __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" :: "n"(pending) : "memory");
 }
 
-// Thread block cluster barrier for every thread of every CTA of the cluster:
-// shared-memory writes of any CTA before it (release) are visible to reads of
-// any CTA after it (acquire).
-__device__ __forceinline__ void cluster_sync()
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\n"
-                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
-// The 16 bytes at this CTA's shared address `address`, read from the same
-// address of CTA `rank` of the cluster (distributed shared memory).
-__device__ __forceinline__ float4 cluster_load_f4(const u32 address, const int rank)
-{
-    u32 remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(address), "r"(rank));
-    float4 v;
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
-    return v;
-}
-
 // c += a . b, m16n8k16, fp32 accumulators.
 __device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], const u32 b0, const u32 b1)
 {

@@ -59,9 +59,11 @@ struct MatMulNBitsConfig {
 // decode GEMVs (ONNX_GENAI_DOWN_COLS and ONNX_GENAI_ACC4_WARPS are accepted
 // as aliases), NBITS_PREFILL_SPLIT_K (1..8), NBITS_PREFILL_WGMMA_TILE_N
 // (128|256) and NBITS_PREFILL_WGMMA_MIN_M (17..65) for Fastest's fused
-// prefill GEMM, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4),
-// NBITS_DECODE_TILES (1|2), NBITS_DECODE_STAGE_ACTS (0|1) and
-// NBITS_DECODE_COL_WARPS (1|2|4) for its decode kernels. Other values are ignored.
+// prefill GEMM, NBITS_PREFILL_CHUNK_COLUMNS (64..1048576) for its dequantise +
+// cuBLASLt route, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4),
+// NBITS_DECODE_TILES (1|2), NBITS_DECODE_STAGE_ACTS (0|1),
+// NBITS_DECODE_COL_WARPS (1|2|4) and NBITS_DECODE_CLUSTER_K (1|2|4) for its
+// decode kernels. Other values are ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
 inline constexpr const char* kDownColumnsAliasEnv = "ONNX_GENAI_DOWN_COLS";
@@ -69,11 +71,13 @@ inline constexpr const char* kAccuracy4WarpsAliasEnv = "ONNX_GENAI_ACC4_WARPS";
 inline constexpr const char* kPrefillSplitKEnv = "NBITS_PREFILL_SPLIT_K";
 inline constexpr const char* kPrefillWgmmaTileNEnv = "NBITS_PREFILL_WGMMA_TILE_N";
 inline constexpr const char* kPrefillWgmmaMinMEnv = "NBITS_PREFILL_WGMMA_MIN_M";
+inline constexpr const char* kPrefillChunkColumnsEnv = "NBITS_PREFILL_CHUNK_COLUMNS";
 inline constexpr const char* kDecodeProgrammaticEnv = "NBITS_DECODE_PDL";
 inline constexpr const char* kDecodeStagesEnv = "NBITS_DECODE_STAGES";
 inline constexpr const char* kDecodeTilesEnv = "NBITS_DECODE_TILES";
 inline constexpr const char* kDecodeStageActsEnv = "NBITS_DECODE_STAGE_ACTS";
 inline constexpr const char* kDecodeColWarpsEnv = "NBITS_DECODE_COL_WARPS";
+inline constexpr const char* kDecodeClusterKEnv = "NBITS_DECODE_CLUSTER_K";
 
 struct PlanOverrides {
     std::optional<int> down_columns;
@@ -91,6 +95,11 @@ struct PlanOverrides {
     // runs tiles of 64 tokens (wgmma m64n64k16), 65 keeps it above that.
     // Unset: 33, from where it measured faster than the mma.sync GEMM.
     std::optional<int> prefill_wgmma_min_m;
+    // Columns of the weights Fastest's dequantise + cuBLASLt route
+    // dequantises and multiplies at a time (64..1048576, rounded down to
+    // whole tiles of 64 and capped by the scratch budget). Unset: the rule in
+    // the plan (see the README's routing table).
+    std::optional<int> prefill_chunk_columns;
     // 0: the tensor-core decode kernels launch as plain stream successors; 1:
     // on compute capability 9.0 and newer as programmatic dependents of the
     // kernel before them (programmatic dependent launch). Unset: 1 for int4
@@ -114,6 +123,11 @@ struct PlanOverrides {
     // activations through L1 and a CTA's column group grows by that factor.
     // Unset: the rule in the plan (see the README's routing table).
     std::optional<int> decode_col_warps;
+    // CTAs of a thread block cluster (compute capability 9.0 and newer) that
+    // split the K of each column group of the tensor-core decode kernels, 1, 2
+    // or 4 (capped so that each warp keeps a k step). Unset: the rule in the
+    // plan (see the README's routing table).
+    std::optional<int> decode_cluster_k;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
     // The same rules over given values (nullopt: unset). DOWN_COLS must be
@@ -121,7 +135,8 @@ struct PlanOverrides {
     // optional '+' ("+4" and "04" count): ACC4_WARPS 1, 2, 4 or 8,
     // PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256,
     // PREFILL_WGMMA_MIN_M 17 to 65, DECODE_PDL 0 or 1, DECODE_STAGES 2 to 4, DECODE_TILES 1 or 2,
-    // DECODE_STAGE_ACTS 0 or 1, DECODE_COL_WARPS 1, 2 or 4.
+    // DECODE_STAGE_ACTS 0 or 1, DECODE_COL_WARPS 1, 2 or 4, PREFILL_CHUNK_COLUMNS 64 to 1048576,
+    // DECODE_CLUSTER_K 1, 2 or 4.
     static PlanOverrides parse(const std::optional<std::string>& down_columns,
                                const std::optional<std::string>& accuracy4_warps,
                                const std::optional<std::string>& prefill_split_k = std::nullopt,
@@ -131,7 +146,9 @@ struct PlanOverrides {
                                const std::optional<std::string>& decode_stages = std::nullopt,
                                const std::optional<std::string>& decode_tiles = std::nullopt,
                                const std::optional<std::string>& decode_stage_acts = std::nullopt,
-                               const std::optional<std::string>& decode_col_warps = std::nullopt);
+                               const std::optional<std::string>& decode_col_warps = std::nullopt,
+                               const std::optional<std::string>& prefill_chunk_columns = std::nullopt,
+                               const std::optional<std::string>& decode_cluster_k = std::nullopt);
 };
 
 // What the plan may know about the machine, injected so that it stays pure.

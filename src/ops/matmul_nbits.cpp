@@ -221,7 +221,9 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
                                    const std::optional<std::string>& decode_stages,
                                    const std::optional<std::string>& decode_tiles,
                                    const std::optional<std::string>& decode_stage_acts,
-                                   const std::optional<std::string>& decode_col_warps)
+                                   const std::optional<std::string>& decode_col_warps,
+                                   const std::optional<std::string>& prefill_chunk_columns,
+                                   const std::optional<std::string>& decode_cluster_k)
 {
     PlanOverrides overrides;
     // The original matches the exact strings "8", "4" and "2" (no sign, no padding).
@@ -246,6 +248,10 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
     overrides.decode_stage_acts = accepted(decode_stage_acts, [](std::uint32_t on) { return on <= 1; });
     overrides.decode_col_warps =
         accepted(decode_col_warps, [](std::uint32_t warps) { return warps == 1 || warps == 2 || warps == 4; });
+    overrides.prefill_chunk_columns = accepted(
+        prefill_chunk_columns, [](std::uint32_t columns) { return columns >= 64 && columns <= (1u << 20); });
+    overrides.decode_cluster_k =
+        accepted(decode_cluster_k, [](std::uint32_t ctas) { return ctas == 1 || ctas == 2 || ctas == 4; });
     return overrides;
 }
 
@@ -259,7 +265,8 @@ PlanOverrides PlanOverrides::from_environment()
     return parse(first(kDownColumnsEnv, kDownColumnsAliasEnv), first(kAccuracy4WarpsEnv, kAccuracy4WarpsAliasEnv),
                  environment(kPrefillSplitKEnv), environment(kPrefillWgmmaTileNEnv), environment(kPrefillWgmmaMinMEnv),
                  environment(kDecodeProgrammaticEnv), environment(kDecodeStagesEnv),
-                 environment(kDecodeTilesEnv), environment(kDecodeStageActsEnv), environment(kDecodeColWarpsEnv));
+                 environment(kDecodeTilesEnv), environment(kDecodeStageActsEnv), environment(kDecodeColWarpsEnv),
+                 environment(kPrefillChunkColumnsEnv), environment(kDecodeClusterKEnv));
 }
 
 MatMulNBits::MatMulNBits(std::shared_ptr<CudaRuntime> runtime, const NodeAttributes& attributes,

@@ -548,6 +548,10 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
         if (paired) {
             chunk_columns = std::min(chunk_columns, whole_tiles(kGateBudget / (rows_per_pass * element)));
         }
+        // NBITS_PREFILL_CHUNK_COLUMNS narrows the chunk, never past the budget.
+        if (const std::optional<int> forced = fastest.request.context.overrides.prefill_chunk_columns) {
+            chunk_columns = std::min(chunk_columns, whole_tiles(static_cast<std::size_t>(*forced)));
+        }
         chunk_columns = std::min(chunk_columns, div_ceil(config.n, kChunkColumns) * kChunkColumns);
     }
 
@@ -646,6 +650,7 @@ struct DecodeGeometry {
     std::uint32_t min_blocks;
     int tiles;
     int col_warps;
+    int cluster_k;  // CTAs of a thread block cluster splitting each column group's K
     int chunks;
     bool stage_acts;
     std::uint32_t grid;
@@ -723,12 +728,16 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     // Llama-3-70B down 41.5 -> 39.4, 70B qkv 18.6 -> 16.7, 8B down 13.4 -> 11.6); at M = 8 faster where one
     // weight set of one tile meets a K >= N (8B down 16.3 -> 15.6, 8B o 6.25 -> 5.76), slower elsewhere (the
     // paired 70B gate/up 91.2 -> 98.3, 70B qkv 20.9 -> 22.4, lm_head 100.8 -> 102.9).
+    // Two batch tiles (M = 9..16) are staged only when NBITS_DECODE_STAGE_ACTS=1 asks, then with as few CTAs an SM
+    // as their rows leave room for.
     const std::optional<int> forced_stage_acts = fastest.request.context.overrides.decode_stage_acts;
-    const bool stage_acts_pays = fastest.m == 1 || (!paired && geometry.tiles == 1 && config.k >= config.n);
-    geometry.stage_acts = fastest.m <= 8 && !rms && config.k % 8 == 0 &&
-                          (forced_stage_acts ? *forced_stage_acts == 1 : stage_acts_pays);
+    const bool stage_acts_pays =
+        fastest.m == 1 || (m_tiles == 1 && !paired && geometry.tiles == 1 && config.k >= config.n);
+    geometry.stage_acts =
+        !rms && config.k % 8 == 0 && (forced_stage_acts ? *forced_stage_acts == 1 : stage_acts_pays);
     const std::size_t word_codes = config.bits == 4 ? 8 : 4;
-    const std::size_t act_stage_bytes = fastest.m == 1 ? step * 2 : 8 * (step * 2 + 8 * word_codes);
+    const std::size_t act_stage_bytes =
+        fastest.m == 1 ? step * 2 : 8 * static_cast<std::size_t>(m_tiles) * (step * 2 + 8 * word_codes);
     auto shared = [&](int tiles) {
         return decode_shared_bytes(geometry.stages, geometry.warps, tiles, geometry.chunks, m_tiles, sets, rms,
                                    geometry.stage_acts ? act_stage_bytes : 0);
@@ -737,7 +746,7 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
         return resident_on_sm(device, blocks, shared(tiles));
     };
     // A device with too little shared memory for the staged rows loads them as it computes.
-    if (geometry.stage_acts && !fits(base_blocks, geometry.tiles)) {
+    if (geometry.stage_acts && !fits(m_tiles == 2 ? 1 : base_blocks, geometry.tiles)) {
         geometry.stage_acts = false;
     }
     if (geometry.tiles == 2 && !fits(base_blocks, 2)) {
@@ -806,6 +815,26 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     geometry.min_blocks = chosen.blocks;
     geometry.grid = static_cast<std::uint32_t>(chosen.grid);
     geometry.shared_bytes = shared(geometry.tiles);
+    // K of each column group split over a thread block cluster (compute capability 9.0 and newer, every warp of
+    // the cluster keeping a k step): the grid's CTAs form grid / cluster_k clusters, each taking one group at a
+    // time, so the groups are cluster_k times smaller and the last round leaves fewer SMs idle.
+    geometry.cluster_k = 1;
+    const std::optional<int> forced_cluster_k = fastest.request.context.overrides.decode_cluster_k;
+    if (forced_cluster_k && device.compute_major >= 9) {
+        const std::size_t k_warps = geometry.warps / static_cast<std::uint32_t>(geometry.col_warps);
+        int cluster_k = *forced_cluster_k;
+        while (cluster_k > 1 && static_cast<std::size_t>(cluster_k) * k_warps > steps) {
+            cluster_k /= 2;
+        }
+        geometry.cluster_k = cluster_k;
+    }
+    if (geometry.cluster_k > 1) {
+        const std::size_t groups =
+            div_ceil(config.n, 16 * static_cast<std::size_t>(geometry.tiles * geometry.col_warps));
+        const std::size_t slots = sms * geometry.min_blocks / static_cast<std::size_t>(geometry.cluster_k);
+        geometry.grid = static_cast<std::uint32_t>(std::min(groups, std::max<std::size_t>(slots, 1)) *
+                                                   static_cast<std::size_t>(geometry.cluster_k));
+    }
     return geometry;
 }
 
@@ -848,6 +877,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     std::uint32_t shared_bytes = 0;
     int tiles = 1;
     int col_warps = 1;
+    int cluster_k = 1;
     int chunks = 1;
     bool stage_acts = false;
     std::uint32_t stages = kDecodeStages;
@@ -866,6 +896,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         min_blocks = geometry.min_blocks;
         tiles = geometry.tiles;
         col_warps = geometry.col_warps;
+        cluster_k = geometry.cluster_k;
         chunks = geometry.chunks;
         stage_acts = geometry.stage_acts;
         stages = geometry.stages;
@@ -911,6 +942,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     } else {
         step.define("NBITS_TILES", tiles)
             .define("NBITS_COL_WARPS", col_warps)
+            .define("NBITS_CLUSTER_K", cluster_k)
             .define("NBITS_M_TILES", m <= 8 ? 1 : 2)
             .define("NBITS_SINGLE_ROW", m == 1 ? 1 : 0)
             .define("NBITS_STAGES", stages)
@@ -923,16 +955,18 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     }
     step.grid(grid).block(32 * warps).add_to(plan, fastest.request);
     set_variant(plan, paired ? "nbits_decode_gate_up" : "nbits_decode",
-                [m, warps, grid, tiles, col_warps, f32, programmatic, stage_acts,
+                [m, warps, grid, tiles, col_warps, cluster_k, f32, programmatic, stage_acts,
                  normalized = fastest.gamma != nullptr] {
                     return fmt::format("M={} decode{}: one pass over the weights for every row on {} ({} warps split "
-                                       "K{}, {} CTAs over {}-column groups{}), specialised on K, bits, block size and "
-                                       "zero points{}",
+                                       "K{}, {} CTAs{} over {}-column groups{}), specialised on K, bits, block size "
+                                       "and zero points{}",
                                        m, normalized ? " with the RMS norm fused" : "",
                                        f32 ? "CUDA cores" : "tensor cores with exact codes and fp32 block scales",
-                                       warps / col_warps,
+                                       warps / col_warps * cluster_k,
                                        col_warps > 1 ? fmt::format(" and {} the columns", col_warps) : std::string(),
-                                       grid, 16 * tiles * col_warps,
+                                       grid,
+                                       cluster_k > 1 ? fmt::format(" in clusters of {}", cluster_k) : std::string(),
+                                       16 * tiles * col_warps,
                                        stage_acts ? ", the rows of A staged with the weights" : "",
                                        programmatic ? "; a programmatic dependent of the kernel before it" : "");
                 });

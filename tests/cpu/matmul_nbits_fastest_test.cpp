@@ -7,6 +7,7 @@
 #include "kernels.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 
 using namespace nbits;
@@ -379,6 +380,39 @@ TEST_CASE("Fastest prefill beyond M = 128: dequantised column chunks through cuB
     CHECK(last.weight_layout == GemmStep::WeightLayout::NxK);
     CHECK(last.dtype == DataType::Float16);
     CHECK(plan.workspace_bytes() <= 64u << 20);
+}
+
+TEST_CASE("Fastest prefill's dequantised chunks narrow to NBITS_PREFILL_CHUNK_COLUMNS (64..1048576), never past the budget")
+{
+    auto gemm_widths = [](const std::optional<std::string>& text) {
+        test::Problem p = fastest(node(4096, 14336), rows(2048));
+        p.context.overrides = PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                                   std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                                   std::nullopt, std::nullopt, text);
+        const LaunchPlan plan = p.plan();
+        std::vector<std::size_t> widths;
+        for (const PlanStep& step : plan.steps) {
+            if (const auto* gemm = std::get_if<GemmStep>(&step)) {
+                widths.push_back(gemm->n);
+            }
+        }
+        CHECK(plan.workspace_bytes() <= 64u << 20);
+        return widths;
+    };
+    CHECK(gemm_widths(std::nullopt) == std::vector<std::size_t>{6144, 6144, 2048});
+    CHECK(gemm_widths("4096") == std::vector<std::size_t>{4096, 4096, 4096, 2048});
+    // Whole tiles of 64 columns: 3000 -> 2944.
+    CHECK(gemm_widths("3000") == std::vector<std::size_t>{2944, 2944, 2944, 2944, 2560});
+    // The budget (48 MiB of K = 4096 weights, 6144 columns) caps a wider request.
+    CHECK(gemm_widths("16384") == std::vector<std::size_t>{6144, 6144, 2048});
+    for (const char* ignored : {"63", "0", "1048577", "-4096", " 4096", "", "wide"}) {
+        CAPTURE(ignored);
+        CHECK(gemm_widths(std::string(ignored)) == std::vector<std::size_t>{6144, 6144, 2048});
+    }
+    ::setenv(kPrefillChunkColumnsEnv, "2048", 1);
+    CHECK(PlanOverrides::from_environment().prefill_chunk_columns == 2048);
+    ::unsetenv(kPrefillChunkColumnsEnv);
+    CHECK_FALSE(PlanOverrides::from_environment().prefill_chunk_columns.has_value());
 }
 
 TEST_CASE("Fastest scratch stays within 64 MiB whatever the shape")
@@ -756,7 +790,48 @@ TEST_CASE("Fastest decode puts two warps across the columns where A is loaded as
     CHECK_FALSE(col_warps("8").decode_col_warps.has_value());
 }
 
-TEST_CASE("Fastest decode stages the activations with the weights up to M = 8 unless NBITS_DECODE_STAGE_ACTS=0")
+TEST_CASE("Fastest decode splits each column group's K over a thread block cluster on sm_90 (NBITS_DECODE_CLUSTER_K)")
+{
+    auto cluster_k = [](const char* value) {
+        return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                    std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                    std::nullopt, std::string(value));
+    };
+    auto step_of = [](const test::Problem& problem) { return test::kernel_step(problem.plan(), 0); };
+    CHECK(defines(step_of(fastest(node(4096, 128256), rows(1))), "NBITS_CLUSTER_K=1"));
+    // Forced: lm_head's 4008 groups over 132 clusters of 2 (the 264 CTAs of two an SM); 4 at M = 16.
+    test::Problem lm_head = fastest(node(4096, 128256), rows(1));
+    lm_head.context.overrides = cluster_k("2");
+    const KernelStep two = step_of(lm_head);
+    CHECK(defines(two, "NBITS_CLUSTER_K=2"));
+    CHECK(two.config.grid == Dim3{264, 1, 1});
+    CHECK(two.config.dynamic_shared_bytes == step_of(fastest(node(4096, 128256), rows(1))).config.dynamic_shared_bytes);
+    test::Problem m16 = fastest(node(4096, 128256), rows(16));
+    m16.context.overrides = cluster_k("4");
+    CHECK(defines(step_of(m16), "NBITS_CLUSTER_K=4"));
+    CHECK(step_of(m16).config.grid.x % 4 == 0);
+    // Fewer groups than clusters: one cluster a group (Llama-3-8B down at M = 8, 256 groups of 16 columns).
+    test::Problem down = fastest(node(14336, 4096), rows(8));
+    down.context.overrides = cluster_k("4");
+    CHECK(step_of(down).config.grid == Dim3{4 * 66, 1, 1});
+    // Capped so that every warp of the cluster keeps a k step: K = 4096 > N at M = 1 takes 16 steps of 256 codes
+    // over 8 warps (2 CTAs); K = 1024 at M = 4, 8 steps over 8 warps (1 CTA).
+    test::Problem capped = fastest(node(4096, 2048), rows(1, DataType::BFloat16));
+    capped.context.overrides = cluster_k("4");
+    CHECK(defines(step_of(capped), "NBITS_CLUSTER_K=2"));
+    test::Problem short_k = fastest(node(1024, 4096), rows(4));
+    short_k.context.overrides = cluster_k("2");
+    CHECK(defines(step_of(short_k), "NBITS_CLUSTER_K=1"));
+    // No clusters before compute capability 9.0.
+    test::Problem a100 = fastest(node(4096, 128256), rows(1), Capabilities::a100());
+    a100.context.overrides = cluster_k("2");
+    CHECK(defines(step_of(a100), "NBITS_CLUSTER_K=1"));
+    CHECK(cluster_k("4").decode_cluster_k == 4);
+    CHECK_FALSE(cluster_k("3").decode_cluster_k.has_value());
+    CHECK_FALSE(cluster_k("8").decode_cluster_k.has_value());
+}
+
+TEST_CASE("Fastest decode stages the activations with the weights up to M = 8 unless NBITS_DECODE_STAGE_ACTS=0, up to M = 16 when it is 1")
 {
     auto stage_acts = [](const char* value) {
         return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
@@ -785,12 +860,20 @@ TEST_CASE("Fastest decode stages the activations with the weights up to M = 8 un
     CHECK(defines(m8, "NBITS_STAGE_ACTS=1"));
     CHECK(defines(m8, "NBITS_TILES=2"));
     CHECK(m8.config.dynamic_shared_bytes == 8 * 2 * (2 * 2 * 512 + 8 * (128 * 2 + 64)) + 2 * 8 * 8 * 32 * 4 + 16);
-    // Two batch tiles (M > 8), the RMS-norm prologue (its squares come from the loaded rows) and a K of partial
-    // 16-byte pieces load the activations when they compute, forced or not.
+    // Two batch tiles (M > 8) only when forced: the 16 rows in each stage, beside one tile's weights, two CTAs an
+    // SM still fit.
     CHECK_FALSE(staged(fastest(node(4096, 4096), rows(9))));
+    CHECK_FALSE(staged(fastest(node(4096, 128256), rows(16))));
     test::Problem forced_m9 = fastest(node(4096, 4096), rows(9));
     forced_m9.context.overrides = stage_acts("1");
-    CHECK_FALSE(staged(forced_m9));
+    const KernelStep m9 = test::kernel_step(forced_m9.plan(), 0);
+    CHECK(defines(m9, "NBITS_STAGE_ACTS=1"));
+    CHECK(defines(m9, "NBITS_M_TILES=2"));
+    CHECK(defines(m9, "NBITS_TILES=1"));
+    CHECK(defines(m9, "NBITS_MIN_BLOCKS=2"));
+    CHECK(m9.config.dynamic_shared_bytes == 8 * 2 * (2 * 512 + 16 * (128 * 2 + 64)) + 2 * 2 * 4 * 8 * 32 * 4 + 16);
+    // The RMS-norm prologue (its squares come from the loaded rows) and a K of partial 16-byte pieces load the
+    // activations when they compute, forced or not.
     test::Shapes normalized = rows(1);
     normalized.gamma = DataType::Float16;
     CHECK_FALSE(staged(fastest(test::marked(node(4096, 6144), kRmsNormPrologueAttr), normalized)));

@@ -262,6 +262,23 @@ std::unique_ptr<ops::MatMulNBits> fastest_operator(const FastestNode& node)
                                               MatMulNBitsOptions{KernelPolicy::Fastest});
 }
 
+// The plan of the node's Fastest operator for its tensors (throws what planning throws).
+ops::LaunchPlan fastest_plan(const FastestNode& node)
+{
+    std::vector<TensorDesc> inputs;
+    for (const HostTensor& host : node.inputs) {
+        TensorDesc d;
+        d.dtype = host.dtype;
+        d.shape = host.shape;
+        d.present = host.present;
+        inputs.push_back(d);
+    }
+    TensorDesc output;
+    output.dtype = node.spec.activation;
+    output.shape = {node.spec.m, node.spec.n};
+    return fastest_operator(node)->plan(inputs, {output});
+}
+
 // Compiles every kernel the nodes' plans launch on all host cores at once
 // (CudaRuntime::prepare), so that the runs that follow only look their
 // functions up. A node that cannot be planned or compiled fails in its run.
@@ -269,19 +286,8 @@ void compile_in_parallel(const std::vector<FastestNode>& nodes)
 {
     std::vector<ops::LaunchPlan> plans;
     for (const FastestNode& node : nodes) {
-        std::vector<TensorDesc> inputs;
-        for (const HostTensor& host : node.inputs) {
-            TensorDesc d;
-            d.dtype = host.dtype;
-            d.shape = host.shape;
-            d.present = host.present;
-            inputs.push_back(d);
-        }
-        TensorDesc output;
-        output.dtype = node.spec.activation;
-        output.shape = {node.spec.m, node.spec.n};
         try {
-            plans.push_back(fastest_operator(node)->plan(inputs, {output}));
+            plans.push_back(fastest_plan(node));
         } catch (const nbits::Error&) {
             // The run reports it.
         }
@@ -542,17 +548,44 @@ TEST_CASE("the sm_90 wgmma GEMM over 64-token tiles (NBITS_PREFILL_WGMMA_MIN_M) 
     check_wgmma_nodes(nodes, 0x64a0000ull);
 }
 
-TEST_CASE("decode with warps across the columns (NBITS_DECODE_COL_WARPS) meets the float64 oracle")
+// Every decode case of the feature matrix (M = 1..16, fp16 and bf16).
+std::vector<FastestCase> decode_cases()
 {
-    // Every decode case of the feature matrix (M = 1..16, fp16 and bf16) with 2 warps across a CTA's columns,
-    // those at M = 5 and 16 also with 4 of two column tiles each: groups of 32 to 128 columns over N = 157 and
-    // 160, so that whole warps' parts lie past N; plus two wide nodes whose groups are whole, K of partial steps.
     std::vector<FastestCase> decode;
     for (const FastestCase& c : cases()) {
         if (c.m <= 16 && c.activation != DataType::Float32) {
             decode.push_back(c);
         }
     }
+    return decode;
+}
+
+// Compiles the nodes in parallel, runs each and checks it against the oracle's bounds.
+void check_decode_nodes(const std::vector<FastestNode>& nodes)
+{
+    compile_in_parallel(nodes);
+    for (const FastestNode& node : nodes) {
+        CAPTURE(node.spec.describe());
+        const std::optional<Outcome> ran = run_or_fail(node);
+        if (!ran) {
+            continue;
+        }
+        const Outcome& outcome = *ran;
+        CAPTURE(outcome.variant);
+        CAPTURE(outcome.error.describe());
+        // Fastest keeps the original's down-projection GEMV where it measured faster.
+        CHECK((outcome.variant == "nbits_decode" || outcome.variant == "nbits_decode_gate_up" ||
+               outcome.variant == "gemv_f16_down_projection"));
+        check_oracle_bounds(node.spec, outcome);
+    }
+}
+
+TEST_CASE("decode with warps across the columns (NBITS_DECODE_COL_WARPS) meets the float64 oracle")
+{
+    // Every decode case with 2 warps across a CTA's columns, those at M = 5 and 9..16 also with 4 of two column
+    // tiles each: groups of 32 to 128 columns over N = 157 and 160, so that whole warps' parts lie past N; plus two
+    // wide nodes whose groups are whole, K of partial steps.
+    std::vector<FastestCase> decode = decode_cases();
     FastestCase wide = feature_case(DataType::Float16, 16, 4, 32, false, Bias::Plain, false, false, 4096, 1000);
     decode.push_back(wide);
     wide.gate_up = true;
@@ -572,21 +605,62 @@ TEST_CASE("decode with warps across the columns (NBITS_DECODE_COL_WARPS) meets t
                 nodes.push_back(make_node(c, seed++));
             }
         }
-        compile_in_parallel(nodes);
-        for (const FastestNode& node : nodes) {
-            CAPTURE(node.spec.describe());
-            const std::optional<Outcome> ran = run_or_fail(node);
-            if (!ran) {
-                continue;
+        check_decode_nodes(nodes);
+    }
+}
+
+TEST_CASE("decode with the activations staged everywhere it can (NBITS_DECODE_STAGE_ACTS=1) meets the float64 oracle")
+{
+    // Every decode case with the rows of A forced through the cp.async ring, up to M = 16 (the RMS-norm prologue
+    // and a K of partial 16-byte pieces load them as computed); plus a wide node of two batch tiles whose column
+    // groups are whole, with two column tiles.
+    const ScopedEnv staged(ops::kDecodeStageActsEnv, std::string("1"));
+    std::vector<FastestCase> decode = decode_cases();
+    decode.push_back(feature_case(DataType::Float16, 16, 4, 32, true, Bias::Plain, false, false, 4096, 1024));
+    decode.push_back(feature_case(DataType::BFloat16, 12, 8, 64, false, Bias::None, false, true, 2048, 512));
+    std::uint64_t seed = 0x57a90000ull;
+    std::vector<FastestNode> nodes;
+    for (const FastestCase& c : decode) {
+        nodes.push_back(make_node(c, seed++));
+    }
+    check_decode_nodes(nodes);
+    const ScopedEnv two_tiles(ops::kDecodeTilesEnv, std::string("2"));
+    check_decode_nodes({make_node(decode[decode.size() - 2], seed++)});
+}
+
+TEST_CASE("decode with clusters splitting K (NBITS_DECODE_CLUSTER_K) meets the float64 oracle")
+{
+    // Every decode case with K long enough for the cluster's warps (4096, or 4000 with a partial last step), its
+    // column groups split over clusters of 2 CTAs, those at M = 1, 5 and 9..16 also over clusters of 4 (2 where
+    // the k steps are too few, int4 at M = 1 and K > N); N = 157 and 160 leave the last group partial; a wide
+    // node walks several groups a cluster.
+    if (matmul_gpu().capabilities().compute_major < 9) {
+        MESSAGE("thread block clusters need compute capability 9.0: skipped on " << matmul_gpu().capabilities().name);
+        return;
+    }
+    std::uint64_t seed = 0xc1a50000ull;
+    for (const char* cluster_k : {"2", "4"}) {
+        CAPTURE(cluster_k);
+        const ScopedEnv cluster(ops::kDecodeClusterKEnv, std::string(cluster_k));
+        std::vector<FastestNode> nodes;
+        for (FastestCase c : decode_cases()) {
+            if (cluster_k == std::string("2") || c.m == 1 || c.m == 5 || c.m >= 9) {
+                c.k = seed % 2 == 0 ? 4096 : 4000;
+                nodes.push_back(make_node(c, seed++));
             }
-            const Outcome& outcome = *ran;
-            CAPTURE(outcome.variant);
-            CAPTURE(outcome.error.describe());
-            // Fastest keeps the original's down-projection GEMV where it measured faster.
-            CHECK((outcome.variant == "nbits_decode" || outcome.variant == "nbits_decode_gate_up" ||
-                   outcome.variant == "gemv_f16_down_projection"));
-            check_oracle_bounds(node.spec, outcome);
         }
+        nodes.push_back(
+            make_node(feature_case(DataType::Float16, 1, 4, 32, true, Bias::Plain, false, false, 8192, 4096), seed++));
+        for (const FastestNode& node : nodes) {
+            const ops::LaunchPlan plan = fastest_plan(node);
+            const auto* step = std::get_if<ops::KernelStep>(&plan.steps.front());
+            if (step != nullptr && step->entry.rfind("nbits_decode", 0) == 0) {
+                CAPTURE(node.spec.describe());
+                CHECK(std::find(step->defines.begin(), step->defines.end(), "NBITS_CLUSTER_K=1") ==
+                      step->defines.end());
+            }
+        }
+        check_decode_nodes(nodes);
     }
 }
 

@@ -90,6 +90,8 @@ struct PlanOptions {
     std::optional<std::string> decode_tiles;
     std::optional<std::string> decode_stage_acts;
     std::optional<std::string> decode_col_warps;
+    std::optional<std::string> prefill_chunk_columns;
+    std::optional<std::string> decode_cluster_k;
 
     bool json = false;
     bool help = false;
@@ -113,6 +115,8 @@ constexpr OverrideFlag kOverrideFlags[] = {
     {"decode-tiles", "1|2", kDecodeTilesEnv, &PlanOptions::decode_tiles},
     {"decode-stage-acts", "0|1", kDecodeStageActsEnv, &PlanOptions::decode_stage_acts},
     {"decode-col-warps", "1|2|4", kDecodeColWarpsEnv, &PlanOptions::decode_col_warps},
+    {"prefill-chunk-columns", "64..1048576", kPrefillChunkColumnsEnv, &PlanOptions::prefill_chunk_columns},
+    {"decode-cluster-k", "1|2|4", kDecodeClusterKEnv, &PlanOptions::decode_cluster_k},
 };
 
 tools::CommandLine command_line(PlanOptions& o)
@@ -233,12 +237,14 @@ std::string plan_text(const PlanOptions& o)
     const PlanOverrides forced = PlanOverrides::parse(o.down_columns, o.accuracy4_warps, o.prefill_split_k,
                                                       o.prefill_wgmma_tile_n, o.prefill_wgmma_min_m,
                                                       o.decode_programmatic, o.decode_stages, o.decode_tiles,
-                                                      o.decode_stage_acts, o.decode_col_warps);
+                                                      o.decode_stage_acts, o.decode_col_warps,
+                                                      o.prefill_chunk_columns, o.decode_cluster_k);
     for (auto field : {&PlanOverrides::down_columns, &PlanOverrides::accuracy4_warps, &PlanOverrides::prefill_split_k,
                        &PlanOverrides::prefill_wgmma_tile_n, &PlanOverrides::prefill_wgmma_min_m,
                        &PlanOverrides::decode_programmatic, &PlanOverrides::decode_stages,
                        &PlanOverrides::decode_tiles, &PlanOverrides::decode_stage_acts,
-                       &PlanOverrides::decode_col_warps}) {
+                       &PlanOverrides::decode_col_warps, &PlanOverrides::prefill_chunk_columns,
+                       &PlanOverrides::decode_cluster_k}) {
         if (forced.*field) {
             context.overrides.*field = forced.*field;
         }
