@@ -525,11 +525,13 @@ TEST_CASE("Fastest decode: one persistent pass over the weights for M = 1..16, g
     // A 46-SM part gets a smaller persistent grid.
     const LaunchPlan small = fastest(node(4096, 128256), rows(1), Capabilities::sm89_46()).plan();
     CHECK(test::kernel_step(small, 0).config.grid == Dim3{92, 1, 1});
-    // Two batch tiles past M = 8; one tile per CTA when the columns do not fill the grid.
+    // Two batch tiles past M = 8; one tile per CTA when the columns do not fill the grid, and then the 64 groups'
+    // K split over clusters of 4 CTAs.
     const LaunchPlan m16 = fastest(node(8192, 1024), rows(16)).plan();
     CHECK(defines(test::kernel_step(m16, 0), "NBITS_M_TILES=2"));
     CHECK(defines(test::kernel_step(m16, 0), "NBITS_TILES=1"));
-    CHECK(test::kernel_step(m16, 0).config.grid == Dim3{64, 1, 1});
+    CHECK(defines(test::kernel_step(m16, 0), "NBITS_CLUSTER_K=4"));
+    CHECK(test::kernel_step(m16, 0).config.grid == Dim3{4 * 64, 1, 1});
     // int8: 64-code steps; K = 128 gives 2 of them, so 2 warps.
     const LaunchPlan int8 = fastest(node(128, 512, 8), rows(1)).plan();
     CHECK(test::kernel_step(int8, 0).config.block == Dim3{64, 1, 1});
@@ -790,7 +792,7 @@ TEST_CASE("Fastest decode puts two warps across the columns where A is loaded as
     CHECK_FALSE(col_warps("8").decode_col_warps.has_value());
 }
 
-TEST_CASE("Fastest decode splits each column group's K over a thread block cluster on sm_90 (NBITS_DECODE_CLUSTER_K)")
+TEST_CASE("Fastest decode splits each column group's K over a thread block cluster on sm_90 where the groups leave CTA slots idle (NBITS_DECODE_CLUSTER_K)")
 {
     auto cluster_k = [](const char* value) {
         return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
@@ -798,7 +800,20 @@ TEST_CASE("Fastest decode splits each column group's K over a thread block clust
                                     std::nullopt, std::string(value));
     };
     auto step_of = [](const test::Problem& problem) { return test::kernel_step(problem.plan(), 0); };
+    // Where the groups fill the CTA slots, none (lm_head, Llama-3-8B down, Phi-3.5 o's 192 groups on 264 slots).
     CHECK(defines(step_of(fastest(node(4096, 128256), rows(1))), "NBITS_CLUSTER_K=1"));
+    CHECK(defines(step_of(fastest(node(14336, 4096), rows(16))), "NBITS_CLUSTER_K=1"));
+    CHECK(defines(step_of(fastest(node(3072, 3072), rows(1))), "NBITS_CLUSTER_K=1"));
+    // Where they leave slots idle, the largest of 4 and 2 that covers them in one round with a k step a warp:
+    // Qwen2.5-0.5B down (56 groups) at M = 8 and 16 in clusters of 4, at M = 1 (bf16; 19 steps of 256 codes) of 2;
+    // its qkv (K = 896, 7 steps over 4 warps) none.
+    const KernelStep qwen_down = step_of(fastest(node(4864, 896), rows(8)));
+    CHECK(defines(qwen_down, "NBITS_CLUSTER_K=4"));
+    CHECK(qwen_down.config.grid == Dim3{4 * 56, 1, 1});
+    CHECK(defines(step_of(fastest(node(4864, 896), rows(16))), "NBITS_CLUSTER_K=4"));
+    CHECK(defines(step_of(fastest(node(4864, 896), rows(1, DataType::BFloat16))), "NBITS_CLUSTER_K=2"));
+    CHECK(defines(step_of(fastest(node(896, 1152), rows(8))), "NBITS_CLUSTER_K=1"));
+    CHECK(defines(step_of(fastest(node(4864, 896), rows(8), Capabilities::a100())), "NBITS_CLUSTER_K=1"));
     // Forced: lm_head's 4008 groups over 132 clusters of 2 (the 264 CTAs of two an SM); 4 at M = 16.
     test::Problem lm_head = fastest(node(4096, 128256), rows(1));
     lm_head.context.overrides = cluster_k("2");
