@@ -120,10 +120,6 @@
 #define NBITS_STAGE_ACTS 0
 #endif
 
-#ifndef NBITS_PREFETCH_ACTS  // tensor cores, 1: a k step's words of A are loaded into registers with its weights
-#define NBITS_PREFETCH_ACTS 0
-#endif
-
 #ifndef NBITS_PROGRAMMATIC  // 1: launched as a programmatic dependent of the previous kernel (sm_90+), see tc_run
 #define NBITS_PROGRAMMATIC 0
 #endif
@@ -836,16 +832,10 @@ typedef typename Select<kScaleF32, float, u32>::type scale_reg_t;
 
 // The scales and zero-point bytes of one k step's blocks, rows g and g + 8
 // of each tile (the weights themselves are staged in shared memory).
-// With NBITS_PREFETCH_ACTS the step's words of A (see load_act_words) ride
-// along: loaded a step ahead like the scales, they arrive while the step
-// before is computed instead of when their own step starts.
-constexpr bool kPrefetchActs = NBITS_PREFETCH_ACTS != 0;
-constexpr int kPrefetchedWords = kPrefetchActs ? kChunks * 4 * kMTiles * kPairs : 1;
 template <int NSETS>
 struct TcFrag {
     scale_reg_t s[NSETS][kTiles][2][kChunks][kScaleRegs];
     u32 z[NSETS][kTiles][2][kChunks];
-    u32 a[kPrefetchedWords];
 };
 
 // Scale i of a packed set (fp32 scales are not packed).
@@ -961,7 +951,6 @@ __host__ __device__ constexpr int weight_stage_bytes() { return NSETS * kTiles *
 constexpr bool kStageActs = NBITS_STAGE_ACTS != 0;
 static_assert(!kStageActs || (!kRms && kActAlign == 16),
               "NBITS_STAGE_ACTS needs no RMS-norm prologue and K % 8 == 0");
-static_assert(!(kStageActs && kPrefetchActs), "NBITS_STAGE_ACTS and NBITS_PREFETCH_ACTS exclude each other");
 constexpr int kActRows = kSingleRow ? 1 : 8 * kMTiles;
 constexpr int kActRowStride = kSingleRow ? kStepCodes * 2 : kStepCodes * 2 + 8 * kWordCodes;
 constexpr int kActPiecesPerRow = kStepCodes * 2 / 16;
@@ -1176,40 +1165,6 @@ __device__ __forceinline__ void load_act_word(const u16* row, int k, u32 (&nat)[
     }
 }
 
-// Code k of A that word slot w of chunk index r of a k step holds for the
-// lanes t of a quad: exact mode, word t of chunk 4r + w; else word w of the
-// lane's own chunk 4r + t.
-__device__ __forceinline__ int act_word_k(int step, int r, int t, int w)
-{
-    if constexpr (kExact) {
-        return step * kStepCodes + 4 * r * kChunkCodes + t * kWordCodes + w * kChunkCodes;
-    } else {
-        return step * kStepCodes + (4 * r + t) * kChunkCodes + w * kWordCodes;
-    }
-}
-
-// With NBITS_PREFETCH_ACTS: every word of A a k step reads, rows 8 mt + g
-// (zeros past M and K), at ((r * 4 + w) * kMTiles + mt) * kPairs.
-template <bool TAIL>
-__device__ __forceinline__ void load_act_words(const TcActs& act, int step, int t, u32 (&a)[kPrefetchedWords])
-{
-#pragma unroll
-    for (int r = 0; r < kChunks; ++r)
-#pragma unroll
-        for (int w = 0; w < 4; ++w)
-#pragma unroll
-            for (int mt = 0; mt < kMTiles; ++mt) {
-                u32 nat[kPairs];
-#pragma unroll
-                for (int i = 0; i < kPairs; ++i) nat[i] = 0u;
-                if (act.ok[mt]) {
-                    load_act_word<TAIL>(act.row[mt], act_word_k(step, r, t, w), nat);
-                }
-#pragma unroll
-                for (int i = 0; i < kPairs; ++i) a[((r * 4 + w) * kMTiles + mt) * kPairs + i] = nat[i];
-            }
-}
-
 // gamma[k .. k + kWordCodes) as floats (zeros past K).
 template <bool TAIL>
 __device__ __forceinline__ void load_gamma_word(const void* gamma, int k, float (&gm)[kWordCodes])
@@ -1241,11 +1196,10 @@ __device__ __forceinline__ void load_gamma_word(const void* gamma, int k, float 
 
 // B operands of word slot w of chunk r: the activations at the k of that
 // slot, in the pair order of the weights' words (zeros past M and K); with
-// kStageActs from `staged`, their shared address in the step's stage; with
-// kPrefetchActs from `pre` at slot index `at` ((r * 4 + w) * kMTiles * kPairs).
+// kStageActs from `staged`, their shared address in the step's stage.
 template <bool TAIL>
-__device__ __forceinline__ void load_b_word(const TcActs& act, int k, u32 staged, const u32 (&pre)[kPrefetchedWords],
-                                            int at, float (&ss)[kMTiles], u32 (&x)[kMTiles][kPairs])
+__device__ __forceinline__ void load_b_word(
+    const TcActs& act, int k, u32 staged, float (&ss)[kMTiles], u32 (&x)[kMTiles][kPairs])
 {
     float gm[kWordCodes];
     if constexpr (kRms) {
@@ -1256,10 +1210,7 @@ __device__ __forceinline__ void load_b_word(const TcActs& act, int k, u32 staged
         u32 nat[kPairs];
 #pragma unroll
         for (int i = 0; i < kPairs; ++i) nat[i] = 0u;
-        if constexpr (kPrefetchActs) {
-#pragma unroll
-            for (int i = 0; i < kPairs; ++i) nat[i] = pre[at + mt * kPairs + i];
-        } else if (act.ok[mt]) {
+        if (act.ok[mt]) {
             if constexpr (kStageActs) {
                 ld_shared_words<2 * kWordCodes>(staged + (u32)(8 * mt * kActRowStride), nat);
             } else {
@@ -1312,10 +1263,10 @@ __device__ __forceinline__ void tc_compute(
         u32 x[4][kMTiles][kPairs];
         if constexpr (kExact) {
             // Slot w: word t of chunk 4r + w.
+            const int kc = step * kStepCodes + 4 * r * kChunkCodes + t * kWordCodes;
 #pragma unroll
             for (int w = 0; w < 4; ++w) {
-                const int k = act_word_k(step, r, t, w);
-                load_b_word<TAIL>(act, k, staged(k), f.a, (r * 4 + w) * kMTiles * kPairs, ss, x[w]);
+                load_b_word<TAIL>(act, kc + w * kChunkCodes, staged(kc + w * kChunkCodes), ss, x[w]);
             }
 
 #pragma unroll
@@ -1372,10 +1323,7 @@ __device__ __forceinline__ void tc_compute(
             // Word w of the lane's own chunk 4r + t, scaled in T.
             const int k0 = step * kStepCodes + (4 * r + t) * kChunkCodes;
 #pragma unroll
-            for (int w = 0; w < 4; ++w) {
-                const int k = act_word_k(step, r, t, w);
-                load_b_word<TAIL>(act, k, staged(k), f.a, (r * 4 + w) * kMTiles * kPairs, ss, x[w]);
-            }
+            for (int w = 0; w < 4; ++w) load_b_word<TAIL>(act, k0 + w * kWordCodes, staged(k0 + w * kWordCodes), ss, x[w]);
             const int blk0 = k0 >> kBlockShift;
             Dequant<kBf16, kBits> dq[NSETS][kTiles][2][kBlocksPerChunk];
 #pragma unroll
@@ -1637,13 +1585,6 @@ __device__ __forceinline__ void tc_run(
             }
         }
         const bool tail = kHasTail && step >= kFullSteps;
-        if constexpr (kPrefetchActs) {
-            if (!tail) {
-                load_act_words<false>(act, step, t, f.a);
-            } else {
-                load_act_words<true>(act, step, t, f.a);
-            }
-        }
         if (n0 + kWarpCols <= n) {
             if (!tail) {
                 tc_load<false, true>(f, at, w, b, 0u, g, t, step);
