@@ -706,6 +706,10 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
     add(DataType::BFloat16, 48, 4, 32, true, Bias::PerToken, false, false);  // 64-token wgmma (WGMMA_MIN_M)
     set.back().n = 13000;
     const std::size_t small_m_node = set.size() - 1;
+    add(DataType::Float16, 8, 4, 32, true, Bias::Plain, false, false);  // decode, K over clusters of 4 on sm_90
+    set.back().k = 4096;
+    add(DataType::BFloat16, 12, 4, 32, false, Bias::None, true, true);  // decode gate/up + RMS norm, clusters of 4
+    set.back().k = 4096;
     std::uint64_t seed = 0x5a17;
     for (std::size_t i = 0; i < set.size(); ++i) {
         const FastestCase& c = set[i];
