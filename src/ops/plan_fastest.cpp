@@ -834,7 +834,7 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
             while (geometry.cluster_k > 1 && !splits_k(geometry.cluster_k)) {
                 geometry.cluster_k /= 2;
             }
-        } else {
+        } else if (device.compute_major == 9) {  // measured on sm_90 only; the override reaches other cluster GPUs
             for (const int cluster_k : {4, 2}) {
                 if (splits_k(cluster_k) && groups * static_cast<std::size_t>(cluster_k) <= slots) {
                     geometry.cluster_k = cluster_k;

@@ -814,6 +814,11 @@ TEST_CASE("Fastest decode splits each column group's K over a thread block clust
     CHECK(defines(step_of(fastest(node(4864, 896), rows(1, DataType::BFloat16))), "NBITS_CLUSTER_K=2"));
     CHECK(defines(step_of(fastest(node(896, 1152), rows(8))), "NBITS_CLUSTER_K=1"));
     CHECK(defines(step_of(fastest(node(4864, 896), rows(8), Capabilities::a100())), "NBITS_CLUSTER_K=1"));
+    // The rule is the H200's: other cluster GPUs (sm_120) split only when asked.
+    CHECK(defines(step_of(fastest(node(4864, 896), rows(8), Capabilities::rtx5090())), "NBITS_CLUSTER_K=1"));
+    test::Problem asked = fastest(node(4864, 896), rows(8), Capabilities::rtx5090());
+    asked.context.overrides = cluster_k("4");
+    CHECK(defines(step_of(asked), "NBITS_CLUSTER_K=4"));
     // Forced: lm_head's 4008 groups over 132 clusters of 2 (the 264 CTAs of two an SM); 4 at M = 16.
     test::Problem lm_head = fastest(node(4096, 128256), rows(1));
     lm_head.context.overrides = cluster_k("2");
