@@ -24,9 +24,9 @@
 // steps w, w + warps, ...) over NBITS_TILES 16-column tiles, or with
 // NBITS_COL_WARPS c > 1 the CTA's columns into c parts of NBITS_TILES tiles
 // and K over warps / c, and meet in shared memory; a CTA loops over column
-// groups blockIdx.x, + gridDim.x, ... (with NBITS_CLUSTER_K > 1 a thread
-// block cluster per group, its CTAs splitting K) with the next group's first loads in
-// flight across the boundary.
+// groups blockIdx.x, + gridDim.x, ... with the next group's first loads in
+// flight across the boundary (with NBITS_CLUSTER_K > 1 a thread block
+// cluster takes each group, its CTAs splitting K).
 //
 // fp32 (NBITS_ACT 2): CUDA cores. A warp owns NBITS_COLS_PER_WARP adjacent
 // columns over all of K, lane l the 16-byte chunk l of each 32-chunk step;
@@ -769,8 +769,8 @@ constexpr int kCtaCols = kWarpCols * kColWarps;
 static_assert(kColWarps == 1 || kColWarps == 2 || kColWarps == 4, "NBITS_COL_WARPS is 1, 2 or 4");
 // A cluster of kClusterK CTAs takes one column group at a time, its CTAs'
 // warps splitting K together (kSplitWarps in all) and summing their partials
-// through distributed shared memory: a group is kClusterK times less work
-// per CTA, so the last round of groups over the grid leaves fewer SMs idle.
+// through distributed shared memory: a node with fewer groups than CTA slots
+// puts kClusterK times the CTAs to work on them.
 constexpr int kClusterK = NBITS_CLUSTER_K;
 constexpr int kSplitWarps = kClusterK * kKWarps;
 static_assert(kClusterK == 1 || kClusterK == 2 || kClusterK == 4, "NBITS_CLUSTER_K is 1, 2 or 4");
