@@ -754,14 +754,17 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     }
     // CTAs per SM for `tiles` of `col_warps` warps across the columns: base_blocks (fewer where shared memory is
     // short), or 1.5x that where it costs fewer CTA rounds times CTAs per SM (the time of a round grows with the
-    // CTAs sharing an SM); with the grid that walks the column groups.
+    // CTAs sharing an SM).
     struct Blocks {
         std::uint32_t blocks;
         std::size_t cost;
-        std::size_t grid;
+    };
+    // Column groups of `tiles` 16-column tiles for each of `col_warps` parts.
+    auto groups_of = [&](int tiles, int col_warps) {
+        return div_ceil(config.n, 16 * static_cast<std::size_t>(tiles * col_warps));
     };
     auto choose_blocks = [&](int tiles, int col_warps) {
-        const std::size_t groups = div_ceil(config.n, 16 * static_cast<std::size_t>(tiles * col_warps));
+        const std::size_t groups = groups_of(tiles, col_warps);
         auto cost = [&](std::uint32_t blocks) {
             const std::size_t ctas = std::min<std::size_t>(groups, sms * blocks);
             return div_ceil(groups, ctas) * blocks;
@@ -776,7 +779,7 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
             cost(more) < cost(blocks)) {
             blocks = more;
         }
-        return Blocks{blocks, cost(blocks), std::min<std::size_t>(groups, sms * blocks)};
+        return Blocks{blocks, cost(blocks)};
     };
     // Two batch tiles (M = 9..16): one column tile a CTA where its rounds cost less, a one-tile group taking 0.6
     // of a two-tile group's time (measured on the H200 at M = 16: lm_head 170.3 against 138.3 us for 31 against
@@ -813,7 +816,6 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     }
     const Blocks chosen = choose_blocks(geometry.tiles, geometry.col_warps);
     geometry.min_blocks = chosen.blocks;
-    geometry.grid = static_cast<std::uint32_t>(chosen.grid);
     geometry.shared_bytes = shared(geometry.tiles);
     // K of each column group split over a thread block cluster (compute capability 9.0 and newer, every warp of
     // the cluster keeping a k step): the grid's CTAs form grid / cluster_k clusters, each taking one group at a
@@ -822,7 +824,7 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     // groups) at M = 8 5.72 -> 4.25 us with 4, 4.90 with 2, at M = 16 7.43 -> 5.70; where the split adds rounds
     // (every other node of the sweep) 2 was slower by 2-60% (lm_head at M = 1 77.1 -> 92.5, Phi-3.5 o 4.07 ->
     // 7.15), the cluster's barrier and exchange coming once a group.
-    const std::size_t groups = div_ceil(config.n, 16 * static_cast<std::size_t>(geometry.tiles * geometry.col_warps));
+    const std::size_t groups = groups_of(geometry.tiles, geometry.col_warps);
     const std::size_t slots = sms * geometry.min_blocks;
     const std::size_t k_warps = geometry.warps / static_cast<std::uint32_t>(geometry.col_warps);
     auto splits_k = [&](int cluster_k) { return static_cast<std::size_t>(cluster_k) * k_warps <= steps; };
@@ -843,11 +845,10 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
             }
         }
     }
-    if (geometry.cluster_k > 1) {
-        const auto cluster_k = static_cast<std::size_t>(geometry.cluster_k);
-        geometry.grid = static_cast<std::uint32_t>(std::min(groups, std::max<std::size_t>(slots / cluster_k, 1)) *
-                                                   cluster_k);
-    }
+    // One CTA (or cluster) a group, at most as many as the slots hold.
+    const auto cluster_k = static_cast<std::size_t>(geometry.cluster_k);
+    geometry.grid =
+        static_cast<std::uint32_t>(std::min(groups, std::max<std::size_t>(slots / cluster_k, 1)) * cluster_k);
     return geometry;
 }
 
