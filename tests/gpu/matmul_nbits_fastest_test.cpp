@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 using namespace nbits;
 using namespace nbits::test;
@@ -348,6 +349,29 @@ void check_oracle_bounds(const FastestCase& c, const Outcome& outcome)
     }
 }
 
+// Compiles the nodes in parallel, then runs each: its variant must be one `expected` accepts (else the check
+// fails with `unexpected`) and its result within the oracle's bounds; `each` also sees every outcome.
+void check_nodes(const std::vector<FastestNode>& nodes, bool (*expected)(const std::string& variant),
+                 const char* unexpected, const std::function<void(const FastestNode&, const Outcome&)>& each = {})
+{
+    compile_in_parallel(nodes);
+    for (const FastestNode& node : nodes) {
+        CAPTURE(node.spec.describe());
+        const std::optional<Outcome> ran = run_or_fail(node);
+        if (!ran) {
+            continue;
+        }
+        const Outcome& outcome = *ran;
+        CAPTURE(outcome.variant);
+        CAPTURE(outcome.error.describe());
+        CHECK_MESSAGE(expected(outcome.variant), unexpected);
+        check_oracle_bounds(node.spec, outcome);
+        if (each) {
+            each(node, outcome);
+        }
+    }
+}
+
 // Runs a prefill case under the overrides the caller set in the environment: its clusters split K over
 // `split_k` CTAs, its variant is `variant` (when given), and it meets the oracle's bounds.
 void check_prefill_run(const FastestCase& c, std::uint64_t seed, std::uint32_t split_k, const char* variant = nullptr)
@@ -375,25 +399,18 @@ TEST_CASE("KernelPolicy::Fastest meets the float64 oracle on every feature combi
     for (const FastestCase& c : cases()) {
         nodes.push_back(make_node(c, seed++));
     }
-    compile_in_parallel(nodes);
     OracleError worst_f16;
     OracleError worst_bf16;
-    for (const FastestNode& node : nodes) {
-        const FastestCase& c = node.spec;
-        CAPTURE(c.describe());
-        const std::optional<Outcome> ran = run_or_fail(node);
-        if (!ran) {
-            continue;
-        }
-        const Outcome& outcome = *ran;
-        CAPTURE(outcome.variant);
-        CAPTURE(outcome.error.describe());
-        // Fastest keeps the original's down-projection GEMV where it measured faster; all else is nbits' own.
-        CHECK_MESSAGE((outcome.variant.rfind("nbits_", 0) == 0 || outcome.variant == "gemv_f16_down_projection"),
-                      "neither one of nbits' own kernels nor the original's down projection");
-        check_oracle_bounds(c, outcome);
-        (c.activation == DataType::BFloat16 ? worst_bf16 : worst_f16).merge(outcome.error);
-    }
+    // Fastest keeps the original's down-projection GEMV where it measured faster; all else is nbits' own.
+    check_nodes(
+        nodes,
+        [](const std::string& variant) {
+            return variant.rfind("nbits_", 0) == 0 || variant == "gemv_f16_down_projection";
+        },
+        "neither one of nbits' own kernels nor the original's down projection",
+        [&](const FastestNode& node, const Outcome& outcome) {
+            (node.spec.activation == DataType::BFloat16 ? worst_bf16 : worst_f16).merge(outcome.error);
+        });
     MESSAGE("worst fp16 and fp32: " << worst_f16.describe());
     MESSAGE("worst bf16: " << worst_bf16.describe() << " (relative "
                            << worst_bf16.max_abs / std::max(worst_bf16.max_out, 1e-30f) << ")");
@@ -560,24 +577,17 @@ std::vector<FastestCase> decode_cases()
     return decode;
 }
 
-// Compiles the nodes in parallel, runs each and checks it against the oracle's bounds.
+// check_nodes for decode nodes: nbits' decode kernels, or the original's down-projection GEMV where Fastest keeps
+// it because it measured faster.
 void check_decode_nodes(const std::vector<FastestNode>& nodes)
 {
-    compile_in_parallel(nodes);
-    for (const FastestNode& node : nodes) {
-        CAPTURE(node.spec.describe());
-        const std::optional<Outcome> ran = run_or_fail(node);
-        if (!ran) {
-            continue;
-        }
-        const Outcome& outcome = *ran;
-        CAPTURE(outcome.variant);
-        CAPTURE(outcome.error.describe());
-        // Fastest keeps the original's down-projection GEMV where it measured faster.
-        CHECK((outcome.variant == "nbits_decode" || outcome.variant == "nbits_decode_gate_up" ||
-               outcome.variant == "gemv_f16_down_projection"));
-        check_oracle_bounds(node.spec, outcome);
-    }
+    check_nodes(
+        nodes,
+        [](const std::string& variant) {
+            return variant == "nbits_decode" || variant == "nbits_decode_gate_up" ||
+                   variant == "gemv_f16_down_projection";
+        },
+        "neither nbits' decode kernels nor the original's down projection");
 }
 
 TEST_CASE("decode with warps across the columns (NBITS_DECODE_COL_WARPS) meets the float64 oracle")
