@@ -78,6 +78,7 @@ inline constexpr const char* kDecodeTilesEnv = "NBITS_DECODE_TILES";
 inline constexpr const char* kDecodeStageActsEnv = "NBITS_DECODE_STAGE_ACTS";
 inline constexpr const char* kDecodeColWarpsEnv = "NBITS_DECODE_COL_WARPS";
 inline constexpr const char* kDecodeClusterKEnv = "NBITS_DECODE_CLUSTER_K";
+inline constexpr const char* kDecodeChunksEnv = "NBITS_DECODE_CHUNKS";
 
 struct PlanOverrides {
     std::optional<int> down_columns;
@@ -128,6 +129,11 @@ struct PlanOverrides {
     // or 4 (capped so that each warp keeps a k step). Unset: the rule in the
     // plan (see the README's routing table).
     std::optional<int> decode_cluster_k;
+    // 16-byte chunks each lane of the int4 tensor-core decode kernels copies
+    // per weight row and k step (1 or 2; the step grows to 128 or 256 codes):
+    // two double the bytes a warp keeps in flight and halve its k steps.
+    // Unset: the rule in the plan (see the README's routing table).
+    std::optional<int> decode_chunks;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
     // The same rules over given values (nullopt: unset). DOWN_COLS must be
@@ -136,7 +142,7 @@ struct PlanOverrides {
     // PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256,
     // PREFILL_WGMMA_MIN_M 17 to 65, DECODE_PDL 0 or 1, DECODE_STAGES 2 to 4, DECODE_TILES 1 or 2,
     // DECODE_STAGE_ACTS 0 or 1, DECODE_COL_WARPS 1, 2 or 4, PREFILL_CHUNK_COLUMNS 64 to 1048576,
-    // DECODE_CLUSTER_K 1, 2 or 4.
+    // DECODE_CLUSTER_K 1, 2 or 4, DECODE_CHUNKS 1 or 2.
     static PlanOverrides parse(const std::optional<std::string>& down_columns,
                                const std::optional<std::string>& accuracy4_warps,
                                const std::optional<std::string>& prefill_split_k = std::nullopt,
@@ -148,7 +154,8 @@ struct PlanOverrides {
                                const std::optional<std::string>& decode_stage_acts = std::nullopt,
                                const std::optional<std::string>& decode_col_warps = std::nullopt,
                                const std::optional<std::string>& prefill_chunk_columns = std::nullopt,
-                               const std::optional<std::string>& decode_cluster_k = std::nullopt);
+                               const std::optional<std::string>& decode_cluster_k = std::nullopt,
+                               const std::optional<std::string>& decode_chunks = std::nullopt);
 };
 
 // What the plan may know about the machine, injected so that it stays pure.

@@ -223,7 +223,8 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
                                    const std::optional<std::string>& decode_stage_acts,
                                    const std::optional<std::string>& decode_col_warps,
                                    const std::optional<std::string>& prefill_chunk_columns,
-                                   const std::optional<std::string>& decode_cluster_k)
+                                   const std::optional<std::string>& decode_cluster_k,
+                                   const std::optional<std::string>& decode_chunks)
 {
     PlanOverrides overrides;
     // The original matches the exact strings "8", "4" and "2" (no sign, no padding).
@@ -252,6 +253,7 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
         prefill_chunk_columns, [](std::uint32_t columns) { return columns >= 64 && columns <= (1u << 20); });
     overrides.decode_cluster_k =
         accepted(decode_cluster_k, [](std::uint32_t ctas) { return ctas == 1 || ctas == 2 || ctas == 4; });
+    overrides.decode_chunks = accepted(decode_chunks, [](std::uint32_t chunks) { return chunks == 1 || chunks == 2; });
     return overrides;
 }
 
@@ -266,7 +268,7 @@ PlanOverrides PlanOverrides::from_environment()
                  environment(kPrefillSplitKEnv), environment(kPrefillWgmmaTileNEnv), environment(kPrefillWgmmaMinMEnv),
                  environment(kDecodeProgrammaticEnv), environment(kDecodeStagesEnv),
                  environment(kDecodeTilesEnv), environment(kDecodeStageActsEnv), environment(kDecodeColWarpsEnv),
-                 environment(kPrefillChunkColumnsEnv), environment(kDecodeClusterKEnv));
+                 environment(kPrefillChunkColumnsEnv), environment(kDecodeClusterKEnv), environment(kDecodeChunksEnv));
 }
 
 MatMulNBits::MatMulNBits(std::shared_ptr<CudaRuntime> runtime, const NodeAttributes& attributes,

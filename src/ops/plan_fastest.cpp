@@ -692,15 +692,12 @@ std::uint32_t decode_shared_bytes(std::uint32_t stage_count, std::uint32_t warps
 // only one weight set with at most two 16 x 8 accumulator tiles per warp
 // stands (the paired gate/up node at M = 16 ran 56 against 30 us at M = 8
 // under it; Llama-3-70B qkv at M = 16, two tiles of two batch tiles, 39.7
-// against 33.9 us). A single-row int4 node with K > N (a down projection)
-// takes two 16-byte chunks a lane and row per k step, halving the per-step
-// work of its long K (Llama-3-8B down 17.0 -> 14.3 us, 70B down 47.8 -> 42.6
-// on the H200; lm_head, qkv and gate/up ran slower with it), and one tile a
-// CTA: two tiles of two chunks reach the 128-register cap and spill (70B down
-// 42.5 against 41.5 us with one tile, same run). It must fit the
-// SM's shared memory: a device with less (sm_86/89: 100 KiB) gets fewer tiles
-// or CTAs per SM.
-DecodeGeometry decode_geometry(const FastestRequest& fastest)
+// against 33.9 us). `chunks` 16-byte chunks a lane and row per k step (see
+// decode_geometry); two chunks take one tile a CTA: two tiles of two chunks
+// reach the 128-register cap and spill (Llama-3-70B down 42.5 against 41.5 us
+// with one tile, same run). It must fit the SM's shared memory: a device with
+// less (sm_86/89: 100 KiB) gets fewer tiles or CTAs per SM.
+DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
     const Capabilities& device = fastest.request.context.capabilities;
@@ -712,7 +709,7 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
 
     DecodeGeometry geometry{};
     geometry.stages = decode_stages(fastest);
-    geometry.chunks = fastest.m == 1 && !paired && config.bits == 4 && config.k > config.n ? 2 : 1;
+    geometry.chunks = chunks;
     const std::size_t step = (config.bits == 4 ? 128 : 64) * static_cast<std::size_t>(geometry.chunks);
     const std::size_t steps = div_ceil(config.k, step);
     geometry.warps = steps >= 8 ? 8 : steps >= 4 ? 4 : steps >= 2 ? 2 : 1;
@@ -850,6 +847,42 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     geometry.grid =
         static_cast<std::uint32_t>(std::min(groups, std::max<std::size_t>(slots / cluster_k, 1)) * cluster_k);
     return geometry;
+}
+
+// int4 weights with two 16-byte chunks a lane and row per k step (a k step of
+// 256 codes): a warp keeps twice the bytes in flight and walks half the k
+// steps, which pays where a CTA takes one column tile, an SM 16 warps and a
+// group one CTA, at M <= 8, for the paired node from K = 3584 on. Measured on the H200
+// (fp16, block 32, graph replays, one call; one chunk -> two): at M = 1
+// Llama-3-8B o 6.26 -> 5.04 us, Qwen2.5-7B o 5.75 -> 4.53, Llama-3-70B
+// gate+up 71.35 -> 66.94, Qwen2.5-7B gate+up 25.58 -> 25.00, 8B gate+up 22.43
+// -> 22.21, 8B down 17.44 -> 11.66, Qwen2.5-7B down 22.56 -> 14.16; at M = 8
+// 70B gate+up 86.26 -> 79.13, Qwen2.5-7B down 19.26 -> 18.29, 8B down 15.16 ->
+// 14.63. Slower where it costs the second tile (more groups, more rounds:
+// lm_head 76.79 -> 85.42, 70B qkv 16.47 -> 18.07, and 70B down, whose two
+// tiles of one chunk take 35.98 against 39.46 us), the 1.5x CTAs (8B qkv 6.55
+// -> 6.96), the clusters, which want more k steps (Qwen2.5-0.5B down at M = 8
+// 4.25 -> 4.83), and the paired node of a short K, whose steps leave warps
+// idle (Phi-3.5 gate+up, K = 3072, 10.15 -> 10.42; Qwen2.5-0.5B, K = 896,
+// 3.90 -> 4.22).
+DecodeGeometry decode_geometry(const FastestRequest& fastest)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    const std::optional<int> forced = fastest.request.context.overrides.decode_chunks;
+    if (forced) {
+        return decode_geometry_for(fastest, *forced);
+    }
+    const DecodeGeometry one = decode_geometry_for(fastest, 1);
+    const bool paired = fastest.up != nullptr;
+    // One tile a CTA, 16 warps an SM (not the 1.5x CTAs), no cluster.
+    auto takes_two = [](const DecodeGeometry& g) {
+        return g.tiles == 1 && g.min_blocks * g.warps == 16 && g.cluster_k == 1;
+    };
+    if (config.bits != 4 || fastest.m > 8 || !takes_two(one) || (paired && config.k < 3584)) {
+        return one;
+    }
+    const DecodeGeometry two = decode_geometry_for(fastest, 2);
+    return takes_two(two) ? two : one;
 }
 
 // On compute capability 9.0 and newer the tensor-core decode kernels launch

@@ -581,12 +581,13 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     CHECK(defines(down, "NBITS_CHUNKS=2"));
     CHECK(down.config.dynamic_shared_bytes == 8 * 2 * (2 * 2 * 512 + 256 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
     CHECK(defines(qkv, "NBITS_CHUNKS=1"));
-    // Two chunks keep one tile a CTA even where the columns would fill the grid twice over (Llama-3-70B down).
+    // Where the columns fill the grid with two tiles of one chunk, those (Llama-3-70B down: 256 groups of 32
+    // columns in one round, against 512 of 16 in two).
     const KernelStep down70 = test::kernel_step(fastest(node(28672, 8192), rows(1)).plan(), 0);
-    CHECK(defines(down70, "NBITS_CHUNKS=2"));
-    CHECK(defines(down70, "NBITS_TILES=1"));
-    CHECK(down70.config.grid == Dim3{264, 1, 1});
-    CHECK(defines(test::kernel_step(fastest(node(14336, 4096), rows(2)).plan(), 0), "NBITS_CHUNKS=1"));
+    CHECK(defines(down70, "NBITS_CHUNKS=1"));
+    CHECK(defines(down70, "NBITS_TILES=2"));
+    CHECK(down70.config.grid == Dim3{256, 1, 1});
+    CHECK(defines(test::kernel_step(fastest(node(14336, 4096), rows(2)).plan(), 0), "NBITS_CHUNKS=2"));
     CHECK(defines(test::kernel_step(fastest(node(14336, 4096, 8), rows(1)).plan(), 0), "NBITS_CHUNKS=1"));
     // M = 2..16 accumulates every batch row.
     CHECK(defines(test::kernel_step(fastest(node(4096, 6144), rows(2)).plan(), 0), "NBITS_SINGLE_ROW=0"));
@@ -621,6 +622,58 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
             }
         }
     }
+}
+
+TEST_CASE("Fastest decode copies two chunks a lane per k step where a CTA takes one tile, unless NBITS_DECODE_CHUNKS says")
+{
+    auto chunks_of = [](const test::Problem& problem) {
+        const KernelStep step = test::kernel_step(problem.plan(), 0);
+        return defines(step, "NBITS_CHUNKS=2") ? 2 : defines(step, "NBITS_CHUNKS=1") ? 1 : 0;
+    };
+    auto paired = [](std::size_t k, std::size_t n) { return test::marked(node(k, n), kGateUpSwigluAttr); };
+    // One tile a CTA, two CTAs of 8 warps an SM, one CTA a group, int4, M <= 8: two chunks (Llama-3-8B o and
+    // down, Qwen2.5-0.5B qkv with 4 warps and 4 CTAs an SM; the paired node from K = 3584 on).
+    CHECK(chunks_of(fastest(node(4096, 4096), rows(1))) == 2);
+    CHECK(chunks_of(fastest(node(4096, 4096), rows(8))) == 2);
+    CHECK(chunks_of(fastest(node(14336, 4096), rows(1))) == 2);
+    CHECK(chunks_of(fastest(node(896, 1152), rows(1))) == 2);
+    CHECK(chunks_of(fastest(paired(8192, 28672), rows(1))) == 2);
+    CHECK(chunks_of(fastest(paired(3584, 18944), rows(8))) == 2);
+    CHECK(chunks_of(fastest(paired(3584, 18944), rows(1, DataType::BFloat16))) == 2);
+    // Not where it would cost the second tile (lm_head, Llama-3-70B qkv and down), the third CTA an SM
+    // (Llama-3-8B qkv), a cluster (Qwen2.5-0.5B down at M = 8), a short paired K (Phi-3.5 gate/up, K = 3072),
+    // two batch tiles (M = 9) or int8 weights.
+    CHECK(chunks_of(fastest(node(4096, 128256), rows(1))) == 1);
+    CHECK(chunks_of(fastest(node(8192, 10240), rows(1))) == 1);
+    CHECK(chunks_of(fastest(node(28672, 8192), rows(1))) == 1);
+    CHECK(chunks_of(fastest(node(4096, 6144), rows(1))) == 1);
+    CHECK(chunks_of(fastest(node(4864, 896), rows(8))) == 1);
+    CHECK(chunks_of(fastest(paired(3072, 8192), rows(1))) == 1);
+    CHECK(chunks_of(fastest(node(4096, 4096), rows(9))) == 1);
+    CHECK(chunks_of(fastest(node(4096, 4096, 8), rows(1))) == 1);
+    // Two chunks double each warp's ring: 8 warps x 2 stages x (2 chunks x 2 row halves x 512 bytes and the
+    // step's 256 activations) plus the partial sums.
+    CHECK(test::kernel_step(fastest(node(4096, 4096), rows(1)).plan(), 0).config.dynamic_shared_bytes ==
+          8 * 2 * (2 * 2 * 512 + 256 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
+    // NBITS_DECODE_CHUNKS forces either (two chunks take one tile a CTA); other values are ignored.
+    auto chunks = [](const char* value) {
+        return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                    std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                    std::nullopt, std::nullopt, std::string(value));
+    };
+    test::Problem lm_head = fastest(node(4096, 128256), rows(1));
+    lm_head.context.overrides = chunks("2");
+    CHECK(chunks_of(lm_head) == 2);
+    CHECK(defines(test::kernel_step(lm_head.plan(), 0), "NBITS_TILES=1"));
+    test::Problem down = fastest(node(14336, 4096), rows(1));
+    down.context.overrides = chunks("1");
+    CHECK(chunks_of(down) == 1);
+    test::Problem int8 = fastest(node(4096, 4096, 8), rows(4));
+    int8.context.overrides = chunks("2");
+    CHECK(chunks_of(int8) == 2);
+    CHECK(chunks("2").decode_chunks == 2);
+    CHECK_FALSE(chunks("0").decode_chunks.has_value());
+    CHECK_FALSE(chunks("3").decode_chunks.has_value());
 }
 
 TEST_CASE("Fastest decode fuses the RMS norm and the paired gate/up node into one launch, no K limit")
@@ -805,13 +858,13 @@ TEST_CASE("Fastest decode splits each column group's K over a thread block clust
     CHECK(defines(step_of(fastest(node(14336, 4096), rows(16))), "NBITS_CLUSTER_K=1"));
     CHECK(defines(step_of(fastest(node(3072, 3072), rows(1))), "NBITS_CLUSTER_K=1"));
     // Where they leave slots idle, the largest of 4 and 2 that covers them in one round with a k step a warp:
-    // Qwen2.5-0.5B down (56 groups) at M = 8 and 16 in clusters of 4, at M = 1 (bf16; 19 steps of 256 codes) of 2;
+    // Qwen2.5-0.5B down (56 groups) at M = 8 and 16 in clusters of 4, also at M = 1 (bf16; 38 steps of 128 codes);
     // its qkv (K = 896, 7 steps over 4 warps) none.
     const KernelStep qwen_down = step_of(fastest(node(4864, 896), rows(8)));
     CHECK(defines(qwen_down, "NBITS_CLUSTER_K=4"));
     CHECK(qwen_down.config.grid == Dim3{4 * 56, 1, 1});
     CHECK(defines(step_of(fastest(node(4864, 896), rows(16))), "NBITS_CLUSTER_K=4"));
-    CHECK(defines(step_of(fastest(node(4864, 896), rows(1, DataType::BFloat16))), "NBITS_CLUSTER_K=2"));
+    CHECK(defines(step_of(fastest(node(4864, 896), rows(1, DataType::BFloat16))), "NBITS_CLUSTER_K=4"));
     CHECK(defines(step_of(fastest(node(896, 1152), rows(8))), "NBITS_CLUSTER_K=1"));
     CHECK(defines(step_of(fastest(node(4864, 896), rows(8), Capabilities::a100())), "NBITS_CLUSTER_K=1"));
     // The rule is the H200's: other cluster GPUs (sm_120) split only when asked.
@@ -834,11 +887,14 @@ TEST_CASE("Fastest decode splits each column group's K over a thread block clust
     test::Problem down = fastest(node(14336, 4096), rows(8));
     down.context.overrides = cluster_k("4");
     CHECK(step_of(down).config.grid == Dim3{4 * 66, 1, 1});
-    // Capped so that every warp of the cluster keeps a k step: K = 4096 > N at M = 1 takes 16 steps of 256 codes
-    // over 8 warps (2 CTAs); K = 1024 at M = 4, 8 steps over 8 warps (1 CTA).
+    // Capped so that every warp of the cluster keeps a k step: K = 4096 in two chunks a lane takes 16 steps of
+    // 256 codes over 8 warps (2 CTAs); K = 1024 at M = 4, 8 steps over 8 warps (1 CTA).
     test::Problem capped = fastest(node(4096, 2048), rows(1, DataType::BFloat16));
     capped.context.overrides = cluster_k("4");
+    capped.context.overrides.decode_chunks = 2;
     CHECK(defines(step_of(capped), "NBITS_CLUSTER_K=2"));
+    capped.context.overrides.decode_chunks = 1;
+    CHECK(defines(step_of(capped), "NBITS_CLUSTER_K=4"));
     test::Problem short_k = fastest(node(1024, 4096), rows(4));
     short_k.context.overrides = cluster_k("2");
     CHECK(defines(step_of(short_k), "NBITS_CLUSTER_K=1"));
@@ -902,7 +958,7 @@ TEST_CASE("Fastest decode stages the activations with the weights up to M = 8 un
     off.context.overrides = stage_acts("0");
     const KernelStep plain = test::kernel_step(off.plan(), 0);
     CHECK(defines(plain, "NBITS_STAGE_ACTS=0"));
-    CHECK(plain.config.dynamic_shared_bytes == 8 * 2 * 2 * 2 * 512 + 2 * 4 * 8 * 32 * 4 + 16);
+    CHECK(plain.config.dynamic_shared_bytes == 8 * 2 * 2 * 2 * 512 + 2 * 2 * 4 * 8 * 32 * 4 + 16);  // two tiles
     CHECK(stage_acts("1").decode_stage_acts == 1);
     CHECK_FALSE(stage_acts("2").decode_stage_acts.has_value());
 }

@@ -674,6 +674,32 @@ TEST_CASE("decode with clusters splitting K (NBITS_DECODE_CLUSTER_K) meets the f
     }
 }
 
+TEST_CASE("decode with two chunks a lane per k step (NBITS_DECODE_CHUNKS=2) meets the float64 oracle")
+{
+    // Every decode case with two 16-byte chunks a lane and row per k step (256 int4 or 128 int8 codes a step,
+    // the plan's choice only for int4 at M <= 8), plus a paired node of a partial last step at M = 8, a long-K
+    // bf16 down projection with zero points and a node of two batch tiles whose groups are whole.
+    const ScopedEnv two(ops::kDecodeChunksEnv, std::string("2"));
+    std::vector<FastestCase> decode = decode_cases();
+    decode.push_back(feature_case(DataType::Float16, 8, 4, 32, false, Bias::None, false, true, 1000, 4000));
+    decode.push_back(feature_case(DataType::BFloat16, 1, 4, 128, true, Bias::Plain, false, false, 4096, 14336));
+    decode.push_back(feature_case(DataType::Float16, 13, 8, 64, true, Bias::Folded, false, false, 1024, 4096));
+    std::uint64_t seed = 0xc2c20000ull;
+    std::vector<FastestNode> nodes;
+    for (const FastestCase& c : decode) {
+        nodes.push_back(make_node(c, seed++));
+    }
+    for (const FastestNode& node : nodes) {
+        const ops::LaunchPlan plan = fastest_plan(node);
+        const auto* step = std::get_if<ops::KernelStep>(&plan.steps.front());
+        if (step != nullptr && step->entry.rfind("nbits_decode", 0) == 0) {
+            CAPTURE(node.spec.describe());
+            CHECK(std::find(step->defines.begin(), step->defines.end(), "NBITS_CHUNKS=2") != step->defines.end());
+        }
+    }
+    check_decode_nodes(nodes);
+}
+
 TEST_CASE("a Fastest run writes every element of Y, also for outputs that are not a whole tile")
 {
     for (const std::size_t m : {std::size_t{1}, std::size_t{7}, std::size_t{19}, std::size_t{150}}) {

@@ -92,6 +92,7 @@ struct PlanOptions {
     std::optional<std::string> decode_col_warps;
     std::optional<std::string> prefill_chunk_columns;
     std::optional<std::string> decode_cluster_k;
+    std::optional<std::string> decode_chunks;
 
     bool json = false;
     bool help = false;
@@ -117,6 +118,7 @@ constexpr OverrideFlag kOverrideFlags[] = {
     {"decode-col-warps", "1|2|4", kDecodeColWarpsEnv, &PlanOptions::decode_col_warps},
     {"prefill-chunk-columns", "64..1048576", kPrefillChunkColumnsEnv, &PlanOptions::prefill_chunk_columns},
     {"decode-cluster-k", "1|2|4", kDecodeClusterKEnv, &PlanOptions::decode_cluster_k},
+    {"decode-chunks", "1|2", kDecodeChunksEnv, &PlanOptions::decode_chunks},
 };
 
 tools::CommandLine command_line(PlanOptions& o)
@@ -238,13 +240,13 @@ std::string plan_text(const PlanOptions& o)
                                                       o.prefill_wgmma_tile_n, o.prefill_wgmma_min_m,
                                                       o.decode_programmatic, o.decode_stages, o.decode_tiles,
                                                       o.decode_stage_acts, o.decode_col_warps,
-                                                      o.prefill_chunk_columns, o.decode_cluster_k);
+                                                      o.prefill_chunk_columns, o.decode_cluster_k, o.decode_chunks);
     for (auto field : {&PlanOverrides::down_columns, &PlanOverrides::accuracy4_warps, &PlanOverrides::prefill_split_k,
                        &PlanOverrides::prefill_wgmma_tile_n, &PlanOverrides::prefill_wgmma_min_m,
                        &PlanOverrides::decode_programmatic, &PlanOverrides::decode_stages,
                        &PlanOverrides::decode_tiles, &PlanOverrides::decode_stage_acts,
                        &PlanOverrides::decode_col_warps, &PlanOverrides::prefill_chunk_columns,
-                       &PlanOverrides::decode_cluster_k}) {
+                       &PlanOverrides::decode_cluster_k, &PlanOverrides::decode_chunks}) {
         if (forced.*field) {
             context.overrides.*field = forced.*field;
         }
