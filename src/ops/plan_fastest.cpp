@@ -861,10 +861,14 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
 // 14.63. Slower where it costs the second tile (more groups, more rounds:
 // lm_head 76.79 -> 85.42, 70B qkv 16.47 -> 18.07, and 70B down, whose two
 // tiles of one chunk take 35.98 against 39.46 us), the 1.5x CTAs (8B qkv 6.55
-// -> 6.96), the clusters, which want more k steps (Qwen2.5-0.5B down at M = 8
-// 4.25 -> 4.83), and the paired node of a short K, whose steps leave warps
-// idle (Phi-3.5 gate+up, K = 3072, 10.15 -> 10.42; Qwen2.5-0.5B, K = 896,
-// 3.90 -> 4.22).
+// -> 6.96), the clusters at M > 1, which want more k steps (Qwen2.5-0.5B down
+// at M = 8: 4.25 us in clusters of 4 against 4.83 in clusters of 2 with two
+// chunks; at M = 1, bf16, 4.66 against 4.35, so a single-row down projection
+// keeps two), and the paired node of a short K, whose steps leave warps idle
+// (Phi-3.5 gate+up, K = 3072, 10.15 -> 10.42; Qwen2.5-0.5B, K = 896, 3.90 ->
+// 4.22). A second call, as planned against one chunk everywhere (M = 1, 2,
+// 8): Llama-3-70B gate+up 71.07 -> 66.39 (M = 1), 80.78 -> 71.60 (M = 2);
+// Llama-3-8B down 15.06 -> 12.51 (M = 2); within 1.5% where the rule keeps one.
 DecodeGeometry decode_geometry(const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
@@ -878,11 +882,16 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     auto takes_two = [](const DecodeGeometry& g) {
         return g.tiles == 1 && g.min_blocks * g.warps == 16 && g.cluster_k == 1;
     };
-    if (config.bits != 4 || fastest.m > 8 || !takes_two(one) || (paired && config.k < 3584)) {
+    if (config.bits != 4 || fastest.m > 8) {
         return one;
     }
-    const DecodeGeometry two = decode_geometry_for(fastest, 2);
-    return takes_two(two) ? two : one;
+    if (takes_two(one) && (!paired || config.k >= 3584)) {
+        const DecodeGeometry two = decode_geometry_for(fastest, 2);
+        return takes_two(two) ? two : one;
+    }
+    // A single-row down projection of one tile keeps two also in a cluster (K split over fewer CTAs).
+    const bool single_row_down = fastest.m == 1 && !paired && config.k > config.n && one.tiles == 1;
+    return single_row_down ? decode_geometry_for(fastest, 2) : one;
 }
 
 // On compute capability 9.0 and newer the tensor-core decode kernels launch

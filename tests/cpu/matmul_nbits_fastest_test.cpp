@@ -648,6 +648,8 @@ TEST_CASE("Fastest decode copies two chunks a lane per k step where a CTA takes 
     CHECK(chunks_of(fastest(node(28672, 8192), rows(1))) == 1);
     CHECK(chunks_of(fastest(node(4096, 6144), rows(1))) == 1);
     CHECK(chunks_of(fastest(node(4864, 896), rows(8))) == 1);
+    // A single-row down projection of one tile keeps two chunks in a cluster (Qwen2.5-0.5B down, bf16, M = 1).
+    CHECK(chunks_of(fastest(node(4864, 896), rows(1, DataType::BFloat16))) == 2);
     CHECK(chunks_of(fastest(paired(3072, 8192), rows(1))) == 1);
     CHECK(chunks_of(fastest(node(4096, 4096), rows(9))) == 1);
     CHECK(chunks_of(fastest(node(4096, 4096, 8), rows(1))) == 1);
@@ -858,13 +860,13 @@ TEST_CASE("Fastest decode splits each column group's K over a thread block clust
     CHECK(defines(step_of(fastest(node(14336, 4096), rows(16))), "NBITS_CLUSTER_K=1"));
     CHECK(defines(step_of(fastest(node(3072, 3072), rows(1))), "NBITS_CLUSTER_K=1"));
     // Where they leave slots idle, the largest of 4 and 2 that covers them in one round with a k step a warp:
-    // Qwen2.5-0.5B down (56 groups) at M = 8 and 16 in clusters of 4, also at M = 1 (bf16; 38 steps of 128 codes);
+    // Qwen2.5-0.5B down (56 groups) at M = 8 and 16 in clusters of 4, at M = 1 (bf16; 19 steps of 256 codes) of 2;
     // its qkv (K = 896, 7 steps over 4 warps) none.
     const KernelStep qwen_down = step_of(fastest(node(4864, 896), rows(8)));
     CHECK(defines(qwen_down, "NBITS_CLUSTER_K=4"));
     CHECK(qwen_down.config.grid == Dim3{4 * 56, 1, 1});
     CHECK(defines(step_of(fastest(node(4864, 896), rows(16))), "NBITS_CLUSTER_K=4"));
-    CHECK(defines(step_of(fastest(node(4864, 896), rows(1, DataType::BFloat16))), "NBITS_CLUSTER_K=4"));
+    CHECK(defines(step_of(fastest(node(4864, 896), rows(1, DataType::BFloat16))), "NBITS_CLUSTER_K=2"));
     CHECK(defines(step_of(fastest(node(896, 1152), rows(8))), "NBITS_CLUSTER_K=1"));
     CHECK(defines(step_of(fastest(node(4864, 896), rows(8), Capabilities::a100())), "NBITS_CLUSTER_K=1"));
     // The rule is the H200's: other cluster GPUs (sm_120) split only when asked.
