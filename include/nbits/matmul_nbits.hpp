@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -62,8 +63,8 @@ struct MatMulNBitsConfig {
 // prefill GEMM, NBITS_PREFILL_CHUNK_COLUMNS (64..1048576) for its dequantise +
 // cuBLASLt route, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4),
 // NBITS_DECODE_TILES (1|2), NBITS_DECODE_STAGE_ACTS (0|1),
-// NBITS_DECODE_COL_WARPS (1|2|4) and NBITS_DECODE_CLUSTER_K (1|2|4) for its
-// decode kernels. Other values are ignored.
+// NBITS_DECODE_COL_WARPS (1|2|4), NBITS_DECODE_CLUSTER_K (1|2|4) and
+// NBITS_DECODE_CHUNKS (1|2) for its decode kernels. Other values are ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
 inline constexpr const char* kDownColumnsAliasEnv = "ONNX_GENAI_DOWN_COLS";
@@ -136,26 +137,16 @@ struct PlanOverrides {
     std::optional<int> decode_chunks;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
-    // The same rules over given values (nullopt: unset). DOWN_COLS must be
-    // exactly "8", "4" or "2"; the others are unsigned decimals with an
-    // optional '+' ("+4" and "04" count): ACC4_WARPS 1, 2, 4 or 8,
-    // PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256,
-    // PREFILL_WGMMA_MIN_M 17 to 65, DECODE_PDL 0 or 1, DECODE_STAGES 2 to 4, DECODE_TILES 1 or 2,
-    // DECODE_STAGE_ACTS 0 or 1, DECODE_COL_WARPS 1, 2 or 4, PREFILL_CHUNK_COLUMNS 64 to 1048576,
-    // DECODE_CLUSTER_K 1, 2 or 4, DECODE_CHUNKS 1 or 2.
-    static PlanOverrides parse(const std::optional<std::string>& down_columns,
-                               const std::optional<std::string>& accuracy4_warps,
-                               const std::optional<std::string>& prefill_split_k = std::nullopt,
-                               const std::optional<std::string>& prefill_wgmma_tile_n = std::nullopt,
-                               const std::optional<std::string>& prefill_wgmma_min_m = std::nullopt,
-                               const std::optional<std::string>& decode_programmatic = std::nullopt,
-                               const std::optional<std::string>& decode_stages = std::nullopt,
-                               const std::optional<std::string>& decode_tiles = std::nullopt,
-                               const std::optional<std::string>& decode_stage_acts = std::nullopt,
-                               const std::optional<std::string>& decode_col_warps = std::nullopt,
-                               const std::optional<std::string>& prefill_chunk_columns = std::nullopt,
-                               const std::optional<std::string>& decode_cluster_k = std::nullopt,
-                               const std::optional<std::string>& decode_chunks = std::nullopt);
+    // The same rules over given variables (environment name -> text; a name
+    // left out is unset, and an alias counts where its NBITS_* name is left
+    // out). DOWN_COLS must be exactly "8", "4" or "2"; the others are unsigned
+    // decimals with an optional '+' ("+4" and "04" count): ACC4_WARPS 1, 2, 4
+    // or 8, PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256,
+    // PREFILL_WGMMA_MIN_M 17 to 65, DECODE_PDL 0 or 1, DECODE_STAGES 2 to 4,
+    // DECODE_TILES 1 or 2, DECODE_STAGE_ACTS 0 or 1, DECODE_COL_WARPS 1, 2 or
+    // 4, PREFILL_CHUNK_COLUMNS 64 to 1048576, DECODE_CLUSTER_K 1, 2 or 4,
+    // DECODE_CHUNKS 1 or 2.
+    static PlanOverrides parse(const std::map<std::string, std::string>& variables);
 };
 
 // What the plan may know about the machine, injected so that it stays pure.

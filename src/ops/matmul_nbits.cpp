@@ -212,22 +212,19 @@ std::size_t MatMulNBitsConfig::accuracy4_workspace_bytes() const
     return padded_k() + k_blocks() * sizeof(float);
 }
 
-PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_columns,
-                                   const std::optional<std::string>& accuracy4_warps,
-                                   const std::optional<std::string>& prefill_split_k,
-                                   const std::optional<std::string>& prefill_wgmma_tile_n,
-                                   const std::optional<std::string>& prefill_wgmma_min_m,
-                                   const std::optional<std::string>& decode_programmatic,
-                                   const std::optional<std::string>& decode_stages,
-                                   const std::optional<std::string>& decode_tiles,
-                                   const std::optional<std::string>& decode_stage_acts,
-                                   const std::optional<std::string>& decode_col_warps,
-                                   const std::optional<std::string>& prefill_chunk_columns,
-                                   const std::optional<std::string>& decode_cluster_k,
-                                   const std::optional<std::string>& decode_chunks)
+namespace {
+
+// The overrides from `variable(name)` (the text of an environment variable,
+// nullopt when unset), NBITS_* names before their aliases.
+PlanOverrides parse_overrides(const jit::EnvLookup& variable)
 {
+    auto first = [&](const char* name, const char* alias) {
+        std::optional<std::string> value = variable(name);
+        return value ? value : variable(alias);
+    };
     PlanOverrides overrides;
     // The original matches the exact strings "8", "4" and "2" (no sign, no padding).
+    const std::optional<std::string> down_columns = first(kDownColumnsEnv, kDownColumnsAliasEnv);
     if (down_columns && (*down_columns == "8" || *down_columns == "4" || *down_columns == "2")) {
         overrides.down_columns = std::stoi(*down_columns);
     }
@@ -236,39 +233,46 @@ PlanOverrides PlanOverrides::parse(const std::optional<std::string>& down_column
         const std::optional<std::uint32_t> value = text ? parse_u32(*text) : std::nullopt;
         return value && accepts(*value) ? std::optional<int>(static_cast<int>(*value)) : std::nullopt;
     };
-    overrides.accuracy4_warps = accepted(
-        accuracy4_warps, [](std::uint32_t warps) { return warps == 1 || warps == 2 || warps == 4 || warps == 8; });
-    overrides.prefill_split_k = accepted(prefill_split_k, [](std::uint32_t split) { return split >= 1 && split <= 8; });
+    overrides.accuracy4_warps = accepted(first(kAccuracy4WarpsEnv, kAccuracy4WarpsAliasEnv), [](std::uint32_t warps) {
+        return warps == 1 || warps == 2 || warps == 4 || warps == 8;
+    });
+    overrides.prefill_split_k =
+        accepted(variable(kPrefillSplitKEnv), [](std::uint32_t split) { return split >= 1 && split <= 8; });
     overrides.prefill_wgmma_tile_n =
-        accepted(prefill_wgmma_tile_n, [](std::uint32_t rows) { return rows == 128 || rows == 256; });
+        accepted(variable(kPrefillWgmmaTileNEnv), [](std::uint32_t rows) { return rows == 128 || rows == 256; });
     overrides.prefill_wgmma_min_m =
-        accepted(prefill_wgmma_min_m, [](std::uint32_t rows) { return rows >= 17 && rows <= 65; });
-    overrides.decode_programmatic = accepted(decode_programmatic, [](std::uint32_t on) { return on <= 1; });
-    overrides.decode_stages = accepted(decode_stages, [](std::uint32_t stages) { return stages >= 2 && stages <= 4; });
-    overrides.decode_tiles = accepted(decode_tiles, [](std::uint32_t tiles) { return tiles == 1 || tiles == 2; });
-    overrides.decode_stage_acts = accepted(decode_stage_acts, [](std::uint32_t on) { return on <= 1; });
-    overrides.decode_col_warps =
-        accepted(decode_col_warps, [](std::uint32_t warps) { return warps == 1 || warps == 2 || warps == 4; });
-    overrides.prefill_chunk_columns = accepted(
-        prefill_chunk_columns, [](std::uint32_t columns) { return columns >= 64 && columns <= (1u << 20); });
-    overrides.decode_cluster_k =
-        accepted(decode_cluster_k, [](std::uint32_t ctas) { return ctas == 1 || ctas == 2 || ctas == 4; });
-    overrides.decode_chunks = accepted(decode_chunks, [](std::uint32_t chunks) { return chunks == 1 || chunks == 2; });
+        accepted(variable(kPrefillWgmmaMinMEnv), [](std::uint32_t rows) { return rows >= 17 && rows <= 65; });
+    overrides.decode_programmatic = accepted(variable(kDecodeProgrammaticEnv), [](std::uint32_t on) { return on <= 1; });
+    overrides.decode_stages =
+        accepted(variable(kDecodeStagesEnv), [](std::uint32_t stages) { return stages >= 2 && stages <= 4; });
+    overrides.decode_tiles =
+        accepted(variable(kDecodeTilesEnv), [](std::uint32_t tiles) { return tiles == 1 || tiles == 2; });
+    overrides.decode_stage_acts = accepted(variable(kDecodeStageActsEnv), [](std::uint32_t on) { return on <= 1; });
+    overrides.decode_col_warps = accepted(variable(kDecodeColWarpsEnv),
+                                          [](std::uint32_t warps) { return warps == 1 || warps == 2 || warps == 4; });
+    overrides.prefill_chunk_columns = accepted(variable(kPrefillChunkColumnsEnv), [](std::uint32_t columns) {
+        return columns >= 64 && columns <= (1u << 20);
+    });
+    overrides.decode_cluster_k = accepted(variable(kDecodeClusterKEnv),
+                                          [](std::uint32_t ctas) { return ctas == 1 || ctas == 2 || ctas == 4; });
+    overrides.decode_chunks =
+        accepted(variable(kDecodeChunksEnv), [](std::uint32_t chunks) { return chunks == 1 || chunks == 2; });
     return overrides;
+}
+
+}  // namespace
+
+PlanOverrides PlanOverrides::parse(const std::map<std::string, std::string>& variables)
+{
+    return parse_overrides([&variables](const char* name) -> std::optional<std::string> {
+        const auto found = variables.find(name);
+        return found != variables.end() ? std::optional<std::string>(found->second) : std::nullopt;
+    });
 }
 
 PlanOverrides PlanOverrides::from_environment()
 {
-    const jit::EnvLookup environment = jit::process_environment();
-    auto first = [&](const char* name, const char* alias) {
-        std::optional<std::string> value = environment(name);
-        return value ? value : environment(alias);
-    };
-    return parse(first(kDownColumnsEnv, kDownColumnsAliasEnv), first(kAccuracy4WarpsEnv, kAccuracy4WarpsAliasEnv),
-                 environment(kPrefillSplitKEnv), environment(kPrefillWgmmaTileNEnv), environment(kPrefillWgmmaMinMEnv),
-                 environment(kDecodeProgrammaticEnv), environment(kDecodeStagesEnv),
-                 environment(kDecodeTilesEnv), environment(kDecodeStageActsEnv), environment(kDecodeColWarpsEnv),
-                 environment(kPrefillChunkColumnsEnv), environment(kDecodeClusterKEnv), environment(kDecodeChunksEnv));
+    return parse_overrides(jit::process_environment());
 }
 
 MatMulNBits::MatMulNBits(std::shared_ptr<CudaRuntime> runtime, const NodeAttributes& attributes,

@@ -145,13 +145,18 @@ TEST_CASE("attribute errors are invalid arguments except layouts nbits does not 
 TEST_CASE("ONNX_GENAI_DOWN_COLS counts only as exactly 8, 4 or 2")
 {
     for (const char* accepted : {"8", "4", "2"}) {
-        CHECK(PlanOverrides::parse(std::string(accepted), std::nullopt).down_columns == std::atoi(accepted));
+        CHECK(PlanOverrides::parse({{kDownColumnsEnv, accepted}}).down_columns == std::atoi(accepted));
     }
     for (const char* ignored : {"1", "16", "+8", " 8", "8 ", "08", "", "eight"}) {
         CAPTURE(ignored);
-        CHECK_FALSE(PlanOverrides::parse(std::string(ignored), std::nullopt).down_columns.has_value());
+        CHECK_FALSE(PlanOverrides::parse({{kDownColumnsEnv, ignored}}).down_columns.has_value());
     }
-    CHECK_FALSE(PlanOverrides::parse(std::nullopt, std::nullopt).down_columns.has_value());
+    CHECK_FALSE(PlanOverrides::parse({}).down_columns.has_value());
+    // The alias counts where the NBITS_* name is left out, and only there.
+    CHECK(PlanOverrides::parse({{kDownColumnsAliasEnv, "4"}}).down_columns == 4);
+    CHECK(PlanOverrides::parse({{kDownColumnsEnv, "2"}, {kDownColumnsAliasEnv, "4"}}).down_columns == 2);
+    CHECK_FALSE(PlanOverrides::parse({{kDownColumnsEnv, "3"}, {kDownColumnsAliasEnv, "4"}}).down_columns.has_value());
+    CHECK(PlanOverrides::parse({{kAccuracy4WarpsAliasEnv, "2"}}).accuracy4_warps == 2);
 }
 
 TEST_CASE("ONNX_GENAI_ACC4_WARPS parses like a Rust u32 and counts only as 1, 2, 4 or 8")
@@ -159,11 +164,11 @@ TEST_CASE("ONNX_GENAI_ACC4_WARPS parses like a Rust u32 and counts only as 1, 2,
     for (const auto& [text, warps] : {std::pair{"1", 1}, std::pair{"2", 2}, std::pair{"4", 4}, std::pair{"8", 8},
                                       std::pair{"+4", 4}, std::pair{"004", 4}}) {
         CAPTURE(text);
-        CHECK(PlanOverrides::parse(std::nullopt, std::string(text)).accuracy4_warps == warps);
+        CHECK(PlanOverrides::parse({{kAccuracy4WarpsEnv, text}}).accuracy4_warps == warps);
     }
     for (const char* ignored : {"3", "16", "0", "-4", "4.0", " 4", "4 ", "+", "", "four", "99999999999"}) {
         CAPTURE(ignored);
-        CHECK_FALSE(PlanOverrides::parse(std::nullopt, std::string(ignored)).accuracy4_warps.has_value());
+        CHECK_FALSE(PlanOverrides::parse({{kAccuracy4WarpsEnv, ignored}}).accuracy4_warps.has_value());
     }
 }
 
@@ -172,13 +177,13 @@ TEST_CASE("NBITS_PREFILL_SPLIT_K parses like ACC4_WARPS and counts only from 1 t
     for (const auto& [text, split] : {std::pair{"1", 1}, std::pair{"2", 2}, std::pair{"3", 3}, std::pair{"8", 8},
                                       std::pair{"+4", 4}, std::pair{"06", 6}}) {
         CAPTURE(text);
-        CHECK(PlanOverrides::parse(std::nullopt, std::nullopt, std::string(text)).prefill_split_k == split);
+        CHECK(PlanOverrides::parse({{kPrefillSplitKEnv, text}}).prefill_split_k == split);
     }
     for (const char* ignored : {"0", "9", "16", "-2", "2.0", " 2", "", "two", "99999999999"}) {
         CAPTURE(ignored);
-        CHECK_FALSE(PlanOverrides::parse(std::nullopt, std::nullopt, std::string(ignored)).prefill_split_k.has_value());
+        CHECK_FALSE(PlanOverrides::parse({{kPrefillSplitKEnv, ignored}}).prefill_split_k.has_value());
     }
-    CHECK_FALSE(PlanOverrides::parse(std::nullopt, std::nullopt).prefill_split_k.has_value());
+    CHECK_FALSE(PlanOverrides::parse({}).prefill_split_k.has_value());
     ::setenv(kPrefillSplitKEnv, "4", 1);
     CHECK(PlanOverrides::from_environment().prefill_split_k == 4);
     ::unsetenv(kPrefillSplitKEnv);
@@ -189,12 +194,12 @@ TEST_CASE("NBITS_PREFILL_WGMMA_TILE_N counts only as 128 or 256")
 {
     for (const auto& [text, rows] : {std::pair{"128", 128}, std::pair{"256", 256}, std::pair{"+256", 256}}) {
         CAPTURE(text);
-        CHECK(PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::string(text)).prefill_wgmma_tile_n ==
+        CHECK(PlanOverrides::parse({{kPrefillWgmmaTileNEnv, text}}).prefill_wgmma_tile_n ==
               rows);
     }
     for (const char* ignored : {"64", "512", "0", "-256", " 256", "", "wide"}) {
         CAPTURE(ignored);
-        CHECK_FALSE(PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::string(ignored))
+        CHECK_FALSE(PlanOverrides::parse({{kPrefillWgmmaTileNEnv, ignored}})
                         .prefill_wgmma_tile_n.has_value());
     }
     ::setenv(kPrefillWgmmaTileNEnv, "256", 1);
@@ -206,7 +211,7 @@ TEST_CASE("NBITS_PREFILL_WGMMA_TILE_N counts only as 128 or 256")
 TEST_CASE("NBITS_PREFILL_WGMMA_MIN_M counts only from 17 to 65")
 {
     auto parse = [](const char* text) {
-        return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::string(text))
+        return PlanOverrides::parse({{kPrefillWgmmaMinMEnv, text}})
             .prefill_wgmma_min_m;
     };
     for (const auto& [text, m] : {std::pair{"17", 17}, std::pair{"33", 33}, std::pair{"65", 65}, std::pair{"+40", 40}}) {

@@ -386,9 +386,8 @@ TEST_CASE("Fastest prefill's dequantised chunks narrow to NBITS_PREFILL_CHUNK_CO
 {
     auto gemm_widths = [](const std::optional<std::string>& text) {
         test::Problem p = fastest(node(4096, 14336), rows(2048));
-        p.context.overrides = PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                                                   std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                                                   std::nullopt, std::nullopt, text);
+        p.context.overrides =
+            text ? PlanOverrides::parse({{kPrefillChunkColumnsEnv, *text}}) : PlanOverrides::parse({});
         const LaunchPlan plan = p.plan();
         std::vector<std::size_t> widths;
         for (const PlanStep& step : plan.steps) {
@@ -659,9 +658,7 @@ TEST_CASE("Fastest decode copies two chunks a lane per k step where a CTA takes 
           8 * 2 * (2 * 2 * 512 + 256 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
     // NBITS_DECODE_CHUNKS forces either (two chunks take one tile a CTA); other values are ignored.
     auto chunks = [](const char* value) {
-        return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                                    std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                                    std::nullopt, std::nullopt, std::string(value));
+        return PlanOverrides::parse({{kDecodeChunksEnv, value}});
     };
     test::Problem lm_head = fastest(node(4096, 128256), rows(1));
     lm_head.context.overrides = chunks("2");
@@ -732,8 +729,7 @@ TEST_CASE("Fastest int4 decode on sm_90 launches as a programmatic dependent of 
     // NBITS_DECODE_PDL=0 turns it off; other values are ignored.
     test::Problem off = fastest(node(4096, 128256), rows(1));
     auto decode_pdl = [](const char* value) {
-        return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                                    std::string(value));
+        return PlanOverrides::parse({{kDecodeProgrammaticEnv, value}});
     };
     off.context.overrides = decode_pdl("0");
     CHECK_FALSE(test::kernel_step(off.plan(), 0).config.programmatic_dependent);
@@ -764,8 +760,7 @@ TEST_CASE("Fastest int4 decode on sm_90 launches as a programmatic dependent of 
 TEST_CASE("Fastest decode's ring depth follows NBITS_DECODE_STAGES (2..4)")
 {
     auto stages = [](const char* value) {
-        return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                                    std::nullopt, std::string(value));
+        return PlanOverrides::parse({{kDecodeStagesEnv, value}});
     };
     test::Problem deep = fastest(node(14336, 4096), rows(1));
     deep.context.overrides = stages("4");
@@ -781,8 +776,7 @@ TEST_CASE("Fastest decode's ring depth follows NBITS_DECODE_STAGES (2..4)")
 TEST_CASE("Fastest decode's column tiles per CTA follow NBITS_DECODE_TILES (1|2; the paired node keeps 1)")
 {
     auto tiles = [](const char* value) {
-        return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                                    std::nullopt, std::nullopt, std::string(value));
+        return PlanOverrides::parse({{kDecodeTilesEnv, value}});
     };
     test::Problem one = fastest(node(4096, 128256), rows(1));
     one.context.overrides = tiles("1");
@@ -799,8 +793,7 @@ TEST_CASE("Fastest decode's column tiles per CTA follow NBITS_DECODE_TILES (1|2;
 TEST_CASE("Fastest decode puts two warps across the columns where A is loaded as computed (NBITS_DECODE_COL_WARPS)")
 {
     auto col_warps = [](const char* value) {
-        return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                                    std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::string(value));
+        return PlanOverrides::parse({{kDecodeColWarpsEnv, value}});
     };
     auto step_of = [](const test::Problem& problem) { return test::kernel_step(problem.plan(), 0); };
     // Llama-3-8B up at M = 8: 448 two-tile groups take 2 rounds of 264 CTAs, 224 groups of twice the columns
@@ -850,9 +843,7 @@ TEST_CASE("Fastest decode puts two warps across the columns where A is loaded as
 TEST_CASE("Fastest decode splits each column group's K over a thread block cluster on sm_90 where the groups leave CTA slots idle (NBITS_DECODE_CLUSTER_K)")
 {
     auto cluster_k = [](const char* value) {
-        return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                                    std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                                    std::nullopt, std::string(value));
+        return PlanOverrides::parse({{kDecodeClusterKEnv, value}});
     };
     auto step_of = [](const test::Problem& problem) { return test::kernel_step(problem.plan(), 0); };
     // Where the groups fill the CTA slots, none (lm_head, Llama-3-8B down, Phi-3.5 o's 192 groups on 264 slots).
@@ -912,8 +903,7 @@ TEST_CASE("Fastest decode splits each column group's K over a thread block clust
 TEST_CASE("Fastest decode stages the activations with the weights up to M = 8 unless NBITS_DECODE_STAGE_ACTS=0, up to M = 16 when it is 1")
 {
     auto stage_acts = [](const char* value) {
-        return PlanOverrides::parse(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                                    std::nullopt, std::nullopt, std::nullopt, std::string(value));
+        return PlanOverrides::parse({{kDecodeStageActsEnv, value}});
     };
     auto staged = [](const test::Problem& problem) {
         return defines(test::kernel_step(problem.plan(), 0), "NBITS_STAGE_ACTS=1");

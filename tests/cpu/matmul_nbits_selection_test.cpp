@@ -101,12 +101,12 @@ TEST_CASE("the same down projection takes 4 columns on a 46-SM sm_89 and 8 on a 
 TEST_CASE("ONNX_GENAI_DOWN_COLS forces the down columns through PlanOverrides, other values are ignored")
 {
     test::Problem p = test::problem(test::node(18944, 3584));
-    p.context.overrides = PlanOverrides::parse(std::string("8"), std::nullopt);
+    p.context.overrides = PlanOverrides::parse({{kDownColumnsEnv, "8"}});
     CHECK(test::kernel_step(p.plan(), 0).entry == "matmul_nbits_gemv_f16_scales_f16_down");
     CHECK(test::kernel_step(p.plan(), 0).config.grid.x == 448);
-    p.context.overrides = PlanOverrides::parse(std::string("4"), std::nullopt);
+    p.context.overrides = PlanOverrides::parse({{kDownColumnsEnv, "4"}});
     CHECK(test::kernel_step(p.plan(), 0).entry == "matmul_nbits_gemv_f16_scales_f16_down_c4");
-    p.context.overrides = PlanOverrides::parse(std::string("1"), std::nullopt);
+    p.context.overrides = PlanOverrides::parse({{kDownColumnsEnv, "1"}});
     CHECK(test::kernel_step(p.plan(), 0).entry == "matmul_nbits_gemv_f16_scales_f16_down_c2");
     // A forced value the original would never produce is ignored, too.
     p.context.overrides.down_columns = 3;
@@ -131,13 +131,13 @@ TEST_CASE("ONNX_GENAI_ACC4_WARPS forces the accuracy-4 warps through PlanOverrid
     shapes.zero_points = true;
     test::Problem p = test::problem(test::node(4096, 4096, 4, 32, 4), shapes);
     CHECK(test::kernel_step(p.plan(), 1).config.block.x == 64);
-    p.context.overrides = PlanOverrides::parse(std::nullopt, std::string("8"));
+    p.context.overrides = PlanOverrides::parse({{kAccuracy4WarpsEnv, "8"}});
     CHECK(test::kernel_step(p.plan(), 1).config.block.x == 256);
     CHECK(test::kernel_step(p.plan(), 1).config.grid.x == 512);
-    p.context.overrides = PlanOverrides::parse(std::nullopt, std::string("+1"));
+    p.context.overrides = PlanOverrides::parse({{kAccuracy4WarpsEnv, "+1"}});
     CHECK(test::kernel_step(p.plan(), 1).config.block.x == 32);
     CHECK(test::kernel_step(p.plan(), 1).config.grid.x == 4096);
-    p.context.overrides = PlanOverrides::parse(std::nullopt, std::string("3"));
+    p.context.overrides = PlanOverrides::parse({{kAccuracy4WarpsEnv, "3"}});
     CHECK(test::kernel_step(p.plan(), 1).config.block.x == 64);
     p.context.overrides.accuracy4_warps = 16;
     CHECK(test::kernel_step(p.plan(), 1).config.block.x == 64);

@@ -302,7 +302,15 @@ ops::PlanOverrides overrides_of(Choices& c)
         const std::optional<std::string> split = c.pick(texts);
         const std::optional<std::string> rows = c.pick(std::vector<std::optional<std::string>>{
             std::nullopt, "128", "256", "+256", "0256", "512", "64", "", "-256"});
-        return ops::PlanOverrides::parse(columns, warps, split, rows);
+        std::map<std::string, std::string> variables;
+        for (const auto& [name, text] :
+             {std::pair{ops::kDownColumnsEnv, columns}, std::pair{ops::kAccuracy4WarpsEnv, warps},
+              std::pair{ops::kPrefillSplitKEnv, split}, std::pair{ops::kPrefillWgmmaTileNEnv, rows}}) {
+            if (text) {
+                variables[name] = *text;
+            }
+        }
+        return ops::PlanOverrides::parse(variables);
     }
     case 2: {
         ops::PlanOverrides raw;

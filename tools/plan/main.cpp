@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -236,11 +237,13 @@ std::string plan_text(const PlanOptions& o)
     context.policy = o.policy;
     context.overrides = PlanOverrides::from_environment();
     // A flag, when given and valid, wins over its environment variable.
-    const PlanOverrides forced = PlanOverrides::parse(o.down_columns, o.accuracy4_warps, o.prefill_split_k,
-                                                      o.prefill_wgmma_tile_n, o.prefill_wgmma_min_m,
-                                                      o.decode_programmatic, o.decode_stages, o.decode_tiles,
-                                                      o.decode_stage_acts, o.decode_col_warps,
-                                                      o.prefill_chunk_columns, o.decode_cluster_k, o.decode_chunks);
+    std::map<std::string, std::string> flags;
+    for (const OverrideFlag& flag : kOverrideFlags) {
+        if (const std::optional<std::string>& value = o.*flag.field) {
+            flags[flag.environment] = *value;
+        }
+    }
+    const PlanOverrides forced = PlanOverrides::parse(flags);
     for (auto field : {&PlanOverrides::down_columns, &PlanOverrides::accuracy4_warps, &PlanOverrides::prefill_split_k,
                        &PlanOverrides::prefill_wgmma_tile_n, &PlanOverrides::prefill_wgmma_min_m,
                        &PlanOverrides::decode_programmatic, &PlanOverrides::decode_stages,
