@@ -852,22 +852,22 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
 // int4 weights with two 16-byte chunks a lane and row per k step (a k step of
 // 256 codes): a warp keeps twice the bytes in flight and walks half the k
 // steps, which pays where a CTA takes one column tile, an SM 16 warps and a
-// group one CTA, at M <= 8, for the paired node from K = 3584 on. Measured on the H200
-// (fp16, block 32, graph replays, one call; one chunk -> two): at M = 1
-// Llama-3-8B o 6.26 -> 5.04 us, Qwen2.5-7B o 5.75 -> 4.53, Llama-3-70B
+// group one CTA, at M <= 8, for the paired node from K = 3584 on. Measured on
+// the H200 (fp16, block 32, graph replays, one call; one chunk -> two): at M =
+// 1 Llama-3-8B o 6.26 -> 5.04 us, Qwen2.5-7B o 5.75 -> 4.53, Llama-3-70B
 // gate+up 71.35 -> 66.94, Qwen2.5-7B gate+up 25.58 -> 25.00, 8B gate+up 22.43
 // -> 22.21, 8B down 17.44 -> 11.66, Qwen2.5-7B down 22.56 -> 14.16; at M = 8
 // 70B gate+up 86.26 -> 79.13, Qwen2.5-7B down 19.26 -> 18.29, 8B down 15.16 ->
 // 14.63. Slower where it costs the second tile (more groups, more rounds:
-// lm_head 76.79 -> 85.42, 70B qkv 16.47 -> 18.07, and 70B down, whose two
-// tiles of one chunk take 35.98 against 39.46 us), the 1.5x CTAs (8B qkv 6.55
-// -> 6.96), the clusters at M > 1, which want more k steps (Qwen2.5-0.5B down
-// at M = 8: 4.25 us in clusters of 4 against 4.83 in clusters of 2 with two
-// chunks; at M = 1, bf16, 4.66 against 4.35, so a single-row down projection
-// keeps two), and the paired node of a short K, whose steps leave warps idle
-// (Phi-3.5 gate+up, K = 3072, 10.15 -> 10.42; Qwen2.5-0.5B, K = 896, 3.90 ->
-// 4.22). A second call, as planned against one chunk everywhere (M = 1, 2,
-// 8): Llama-3-70B gate+up 71.07 -> 66.39 (M = 1), 80.78 -> 71.60 (M = 2);
+// lm_head 76.79 -> 85.42, 70B qkv 16.47 -> 18.07, and 70B down, whose two tiles
+// of one chunk take 35.98 against 39.46 us), the 1.5x CTAs (8B qkv 6.55 ->
+// 6.96), the clusters at M > 1, which want more k steps (Qwen2.5-0.5B down at M
+// = 8: 4.25 us in clusters of 4 against 4.83 in clusters of 2 with two chunks;
+// at M = 1, bf16, 4.66 against 4.35, so a single-row down projection keeps
+// two), and the paired node of a short K, whose steps leave warps idle (Phi-3.5
+// gate+up, K = 3072, 10.15 -> 10.42; Qwen2.5-0.5B, K = 896, 3.90 -> 4.22). A
+// second call, as planned against one chunk everywhere (M = 1, 2, 8):
+// Llama-3-70B gate+up 71.07 -> 66.39 (M = 1), 80.78 -> 71.60 (M = 2);
 // Llama-3-8B down 15.06 -> 12.51 (M = 2); within 1.5% where the rule keeps one.
 DecodeGeometry decode_geometry(const FastestRequest& fastest)
 {
