@@ -639,6 +639,8 @@ TEST_CASE("Fastest decode copies two chunks a lane per k step where a CTA takes 
     CHECK(chunks_of(fastest(paired(8192, 28672), rows(1))) == 2);
     CHECK(chunks_of(fastest(paired(3584, 18944), rows(8))) == 2);
     CHECK(chunks_of(fastest(paired(3584, 18944), rows(1, DataType::BFloat16))) == 2);
+    // A single-row down projection of one tile keeps two chunks in a cluster (Qwen2.5-0.5B down, bf16, M = 1).
+    CHECK(chunks_of(fastest(node(4864, 896), rows(1, DataType::BFloat16))) == 2);
     // Not where it would cost the second tile (lm_head, Llama-3-70B qkv and down), the third CTA an SM
     // (Llama-3-8B qkv), a cluster (Qwen2.5-0.5B down at M = 8), a short paired K (Phi-3.5 gate/up, K = 3072),
     // two batch tiles (M = 9) or int8 weights.
@@ -647,8 +649,6 @@ TEST_CASE("Fastest decode copies two chunks a lane per k step where a CTA takes 
     CHECK(chunks_of(fastest(node(28672, 8192), rows(1))) == 1);
     CHECK(chunks_of(fastest(node(4096, 6144), rows(1))) == 1);
     CHECK(chunks_of(fastest(node(4864, 896), rows(8))) == 1);
-    // A single-row down projection of one tile keeps two chunks in a cluster (Qwen2.5-0.5B down, bf16, M = 1).
-    CHECK(chunks_of(fastest(node(4864, 896), rows(1, DataType::BFloat16))) == 2);
     CHECK(chunks_of(fastest(paired(3072, 8192), rows(1))) == 1);
     CHECK(chunks_of(fastest(node(4096, 4096), rows(9))) == 1);
     CHECK(chunks_of(fastest(node(4096, 4096, 8), rows(1))) == 1);

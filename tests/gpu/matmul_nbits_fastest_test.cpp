@@ -257,6 +257,16 @@ FastestNode make_node(const FastestCase& c, std::uint64_t seed, const std::vecto
     return node;
 }
 
+// A node for each case, seeded seed, seed + 1, ...
+std::vector<FastestNode> make_nodes(const std::vector<FastestCase>& cases, std::uint64_t seed)
+{
+    std::vector<FastestNode> nodes;
+    for (const FastestCase& c : cases) {
+        nodes.push_back(make_node(c, seed++));
+    }
+    return nodes;
+}
+
 std::unique_ptr<ops::MatMulNBits> fastest_operator(const FastestNode& node)
 {
     return std::make_unique<ops::MatMulNBits>(matmul_gpu_shared(), node.attributes,
@@ -394,11 +404,7 @@ void check_prefill_run(const FastestCase& c, std::uint64_t seed, std::uint32_t s
 
 TEST_CASE("KernelPolicy::Fastest meets the float64 oracle on every feature combination, fp16 and bf16")
 {
-    std::vector<FastestNode> nodes;
-    std::uint64_t seed = 0xfa57000000000000ull;
-    for (const FastestCase& c : cases()) {
-        nodes.push_back(make_node(c, seed++));
-    }
+    const std::vector<FastestNode> nodes = make_nodes(cases(), 0xfa57000000000000ull);
     OracleError worst_f16;
     OracleError worst_bf16;
     // Fastest keeps the original's down-projection GEMV where it measured faster; all else is nbits' own.
@@ -478,11 +484,7 @@ void check_wgmma_nodes(const std::vector<FastestCase>& nodes, std::uint64_t seed
 TEST_CASE("the sm_90 wgmma prefill GEMM meets the float64 oracle on every feature")
 {
     const bool sm90 = matmul_gpu().capabilities().sm() == 90;
-    std::vector<FastestNode> nodes;
-    std::uint64_t seed = 0x90a0000000000000ull;
-    for (const FastestCase& c : wide_prefill_cases()) {
-        nodes.push_back(make_node(c, seed++));
-    }
+    const std::vector<FastestNode> nodes = make_nodes(wide_prefill_cases(), 0x90a0000000000000ull);
     compile_in_parallel(nodes);
     for (const FastestNode& node : nodes) {
         const FastestCase& c = node.spec;
@@ -590,6 +592,19 @@ void check_decode_nodes(const std::vector<FastestNode>& nodes)
         "neither nbits' decode kernels nor the original's down projection");
 }
 
+// Whether the step of each node that launches nbits' decode kernels has `define`, checked against `expected`.
+void check_decode_define(const std::vector<FastestNode>& nodes, const std::string& define, bool expected)
+{
+    for (const FastestNode& node : nodes) {
+        const ops::LaunchPlan plan = fastest_plan(node);
+        const auto* step = std::get_if<ops::KernelStep>(&plan.steps.front());
+        if (step != nullptr && step->entry.rfind("nbits_decode", 0) == 0) {
+            CAPTURE(node.spec.describe());
+            CHECK((std::find(step->defines.begin(), step->defines.end(), define) != step->defines.end()) == expected);
+        }
+    }
+}
+
 TEST_CASE("decode with warps across the columns (NBITS_DECODE_COL_WARPS) meets the float64 oracle")
 {
     // Every decode case with 2 warps across a CTA's columns, those at M = 5 and 9..16 also with 4 of two column
@@ -628,14 +643,9 @@ TEST_CASE("decode with the activations staged everywhere it can (NBITS_DECODE_ST
     std::vector<FastestCase> decode = decode_cases();
     decode.push_back(feature_case(DataType::Float16, 16, 4, 32, true, Bias::Plain, false, false, 4096, 1024));
     decode.push_back(feature_case(DataType::BFloat16, 12, 8, 64, false, Bias::None, false, true, 2048, 512));
-    std::uint64_t seed = 0x57a90000ull;
-    std::vector<FastestNode> nodes;
-    for (const FastestCase& c : decode) {
-        nodes.push_back(make_node(c, seed++));
-    }
-    check_decode_nodes(nodes);
+    check_decode_nodes(make_nodes(decode, 0x57a90000ull));
     const ScopedEnv two_tiles(ops::kDecodeTilesEnv, std::string("2"));
-    check_decode_nodes({make_node(decode[decode.size() - 2], seed++)});
+    check_decode_nodes({make_node(decode[decode.size() - 2], 0x57a90000ull + decode.size())});
 }
 
 TEST_CASE("decode with clusters splitting K (NBITS_DECODE_CLUSTER_K) meets the float64 oracle")
@@ -661,15 +671,7 @@ TEST_CASE("decode with clusters splitting K (NBITS_DECODE_CLUSTER_K) meets the f
         }
         nodes.push_back(
             make_node(feature_case(DataType::Float16, 1, 4, 32, true, Bias::Plain, false, false, 8192, 4096), seed++));
-        for (const FastestNode& node : nodes) {
-            const ops::LaunchPlan plan = fastest_plan(node);
-            const auto* step = std::get_if<ops::KernelStep>(&plan.steps.front());
-            if (step != nullptr && step->entry.rfind("nbits_decode", 0) == 0) {
-                CAPTURE(node.spec.describe());
-                CHECK(std::find(step->defines.begin(), step->defines.end(), "NBITS_CLUSTER_K=1") ==
-                      step->defines.end());
-            }
-        }
+        check_decode_define(nodes, "NBITS_CLUSTER_K=1", false);
         check_decode_nodes(nodes);
     }
 }
@@ -684,19 +686,8 @@ TEST_CASE("decode with two chunks a lane per k step (NBITS_DECODE_CHUNKS=2) meet
     decode.push_back(feature_case(DataType::Float16, 8, 4, 32, false, Bias::None, false, true, 1000, 4000));
     decode.push_back(feature_case(DataType::BFloat16, 1, 4, 128, true, Bias::Plain, false, false, 4096, 14336));
     decode.push_back(feature_case(DataType::Float16, 13, 8, 64, true, Bias::Folded, false, false, 1024, 4096));
-    std::uint64_t seed = 0xc2c20000ull;
-    std::vector<FastestNode> nodes;
-    for (const FastestCase& c : decode) {
-        nodes.push_back(make_node(c, seed++));
-    }
-    for (const FastestNode& node : nodes) {
-        const ops::LaunchPlan plan = fastest_plan(node);
-        const auto* step = std::get_if<ops::KernelStep>(&plan.steps.front());
-        if (step != nullptr && step->entry.rfind("nbits_decode", 0) == 0) {
-            CAPTURE(node.spec.describe());
-            CHECK(std::find(step->defines.begin(), step->defines.end(), "NBITS_CHUNKS=2") != step->defines.end());
-        }
-    }
+    const std::vector<FastestNode> nodes = make_nodes(decode, 0xc2c20000ull);
+    check_decode_define(nodes, "NBITS_CHUNKS=2", true);
     check_decode_nodes(nodes);
 }
 
