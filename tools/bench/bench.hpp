@@ -156,6 +156,7 @@ struct BenchOptions {
     std::optional<std::uint64_t> seed;
     int device = 0;
     bool dense = true;
+    bool read_floor = false;  // --read-floor
 
     OutputFormat format = OutputFormat::Table;
     std::string out_path;
@@ -233,6 +234,9 @@ struct Row {
     std::optional<Check> check;
     std::optional<Timing> timing;
     std::optional<Dense> dense;      // the same for every policy of one shape and M
+    // --read-floor, decode rows: the bench's streaming read of `bytes`, weights
+    // rotated and launched alike; the same for every policy of one shape and M.
+    std::optional<Timing> read_floor;
     std::vector<std::string> notes;
 
     double us() const { return timing ? timing->us.median : 0.0; }
@@ -240,6 +244,9 @@ struct Row {
     double tflops() const;
     // Dense median over this row's median: above 1 the row beats dense.
     std::optional<double> ratio_to_dense() const;
+    // The read floor's median over this row's: 100 where the row moves its
+    // bytes as fast as a plain streaming read of them.
+    std::optional<double> percent_of_read_floor() const;
 };
 
 // --host-overhead: host time per eager run() beside bare cuLaunchKernel of
@@ -351,6 +358,10 @@ void tile_device(CudaRuntime& runtime, CUdeviceptr base, std::size_t filled, std
 
 // Graph-timed streaming reads of a buffer of 1 to 2 GiB.
 ReadCeiling measure_read_ceiling(CudaRuntime& runtime, const DeviceFacts& facts, const Method& method);
+// The same kernel over `bytes` (rounded up to 16), rotated through copies
+// like a decode row's weights and timed in graph replays like it: what a
+// launch that only reads that many bytes takes, ramp and tail included.
+Timing time_read_floor(CudaRuntime& runtime, const DeviceFacts& facts, std::uint64_t bytes, const Method& method);
 
 // cuBLASLt dense in `dtype` at every M of `ms` for one K x N, weights rotated
 // like the operator's; one entry per M, in order. Failures land in `error`.

@@ -435,6 +435,22 @@ constexpr std::size_t kCeilingLaunchesPerGraph = 8;
 constexpr unsigned kCeilingThreads = 512;
 constexpr unsigned kCeilingBlocksPerMultiprocessor = 4;
 
+// bench_stream_read over `bytes` (a multiple of 16) at base + index * stride.
+Enqueue stream_read(CudaRuntime& runtime, const DeviceFacts& facts, CUdeviceptr base, std::size_t bytes,
+                    std::size_t stride, CUdeviceptr sink)
+{
+    const CUfunction function = runtime.internals().function(bench_kernels(), "bench_stream_read");
+    LaunchConfig config;
+    config.grid.x = static_cast<std::uint32_t>(std::max(facts.multiprocessors, 1)) * kCeilingBlocksPerMultiprocessor;
+    config.block.x = kCeilingThreads;
+    const auto count = static_cast<std::int64_t>(bytes / 16);
+    return [&runtime, function, config, base, count, stride, sink](std::size_t index) {
+        KernelArgs args;
+        args.ptr(base + index * stride).i64(count).ptr(sink);
+        runtime.internals().launch(function, config, args, runtime.stream(), "bench_stream_read");
+    };
+}
+
 }  // namespace
 
 ReadCeiling measure_read_ceiling(CudaRuntime& runtime, const DeviceFacts& facts, const Method& method)
@@ -452,16 +468,7 @@ ReadCeiling measure_read_ceiling(CudaRuntime& runtime, const DeviceFacts& facts,
     runtime.memset_async(buffer.get(), 0x5A, bytes);
     runtime.synchronize();
 
-    const CUfunction function = runtime.internals().function(bench_kernels(), "bench_stream_read");
-    LaunchConfig config;
-    config.grid.x = static_cast<std::uint32_t>(std::max(facts.multiprocessors, 1)) * kCeilingBlocksPerMultiprocessor;
-    config.block.x = kCeilingThreads;
-    const auto count = static_cast<std::int64_t>(bytes / 16);
-    const Enqueue enqueue = [&](std::size_t) {
-        KernelArgs args;
-        args.ptr(buffer.get()).i64(count).ptr(sink.get());
-        runtime.internals().launch(function, config, args, runtime.stream(), "bench_stream_read (read ceiling)");
-    };
+    const Enqueue enqueue = stream_read(runtime, facts, buffer.get(), bytes, 0, sink.get());
     enqueue(0);  // loads the module outside the capture
     runtime.synchronize();
 
@@ -471,6 +478,23 @@ ReadCeiling measure_read_ceiling(CudaRuntime& runtime, const DeviceFacts& facts,
                                         method.decode_repeats);
     ceiling.gbps = static_cast<double>(bytes) / (ceiling.timing.us.median * 1e3);
     return ceiling;
+}
+
+Timing time_read_floor(CudaRuntime& runtime, const DeviceFacts& facts, std::uint64_t bytes, const Method& method)
+{
+    const std::size_t copy = aligned(static_cast<std::size_t>(std::max<std::uint64_t>(bytes, 16)));
+    const Rotation rotation = rotation_for(runtime, method, copy, true);
+    DeviceBuffer buffer(runtime, rotation.copies * copy);
+    DeviceBuffer sink(runtime, sizeof(unsigned int));
+    runtime.memset_async(buffer.get(), 0x5A, rotation.copies * copy);
+    runtime.synchronize();
+    const Enqueue enqueue = stream_read(runtime, facts, buffer.get(), (bytes + 15) / 16 * 16, copy, sink.get());
+    const Enqueue rotated = [&](std::size_t index) { enqueue(index % rotation.copies); };
+    rotated(0);
+    runtime.synchronize();
+    Timing timing = time_graph_replays(runtime, rotated, rotation.launches, method.warmups, method.decode_repeats);
+    timing.copies = rotation.copies;
+    return timing;
 }
 
 // ------------------------------------------------------------------ dense ---

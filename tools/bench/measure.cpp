@@ -532,6 +532,7 @@ bool context_usable(CudaRuntime& runtime, std::string& why)
 struct Session {
     std::shared_ptr<CudaRuntime> runtime;
     const BenchOptions& options;
+    const DeviceFacts& device;
     std::uint64_t seed = 0;
     std::string broken;  // why the context failed, once it has
     std::size_t done = 0;
@@ -685,6 +686,28 @@ void measure_node(Session& session, const std::vector<BenchShape>& shapes, std::
         }
     }
 
+    if (session.options.read_floor && session.broken.empty()) {
+        for (const BenchShape& shape : shapes) {
+            const auto of_shape = [&](const Row& row) { return row.shape.m == shape.m && row.bytes > 0; };
+            const auto measured = std::find_if(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(), of_shape);
+            if (!shape.decode() || measured == out.end()) {
+                continue;
+            }
+            try {
+                const Timing floor = time_read_floor(runtime, session.device, measured->bytes,
+                                                     session.options.method);
+                for (auto row = measured; row != out.end(); ++row) {
+                    if (of_shape(*row)) {
+                        row->read_floor = floor;
+                    }
+                }
+                std::cerr << fmt::format("      read floor {}: {:.2f} us\n", where(shape), floor.us.median);
+            } catch (const std::exception& error) {
+                std::cerr << fmt::format("      read floor {}: failed: {}\n", where(shape), error.what());
+                context_usable(runtime, session.broken);
+            }
+        }
+    }
     if (!session.options.dense || !session.broken.empty()) {
         return;
     }
@@ -787,7 +810,7 @@ Report run_timing(const std::shared_ptr<CudaRuntime>& runtime, const BenchOption
         std::cerr << "nbits-bench: the read-ceiling measurement failed, %read will be empty: " << error.what() << "\n";
     }
 
-    Session session{runtime, effective, report.seed, "", 0, shapes.size() * options.policies.size()};
+    Session session{runtime, effective, report.device, report.seed, "", 0, shapes.size() * options.policies.size()};
     for (std::size_t begin = 0; begin < shapes.size();) {
         std::size_t end = begin + 1;
         while (end < shapes.size() && shapes[end].same_node(shapes[begin]) &&
@@ -1020,7 +1043,7 @@ Report run_host_overhead(const std::shared_ptr<CudaRuntime>& runtime, const Benc
     const std::vector<BenchShape> shapes = options.shapes();
     std::cerr << fmt::format("nbits-bench: host overhead on {}, {} nodes x {} policies, {}\n", report.device.name,
                              shapes.size(), options.policies.size(), options.path.describe());
-    Session session{runtime, options, report.seed, "", 0, shapes.size() * options.policies.size()};
+    Session session{runtime, options, report.device, report.seed, "", 0, shapes.size() * options.policies.size()};
     for (const BenchShape& shape : shapes) {
         for (const KernelPolicy policy : options.policies) {
             OverheadRow row;

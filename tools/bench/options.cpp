@@ -495,6 +495,10 @@ tools::CommandLine command_line(BenchOptions& options, Switches& switches)
     cli.option("device", "D", "CUDA device ordinal (default 0)",
                [&](const std::string& value) { options.device = parse_count(value, 0, 64); });
     cli.flag("no-dense", "skip the cuBLASLt dense baseline", &switches.no_dense);
+    cli.flag("read-floor",
+             "also time the read ceiling's streaming read over each decode row's bytes, rotated and graph-replayed "
+             "like the row: %floor says how close the row comes to a launch that only reads",
+             &options.read_floor);
 
     cli.section("Host overhead");
     cli.flag("host-overhead",

@@ -99,7 +99,12 @@ std::string render_rows_table(const Report& report)
                         policies_text(report.policies), report.seed);
     text += report.method + "\n";
     text += "x dense = dense us / row us (above 1 the row beats cuBLASLt dense of the same dtype); check = max_abs "
-            "against the oracle bound\n\n";
+            "against the oracle bound\n";
+    const bool floors = std::any_of(report.rows.begin(), report.rows.end(), [](const Row& r) { return r.read_floor; });
+    if (floors) {
+        text += "%floor = a streaming read of the row's bytes, launched alike, over the row's time (--read-floor)\n";
+    }
+    text += "\n";
 
     tools::TextTable table;
     using Align = tools::TextTable::Align;
@@ -109,6 +114,10 @@ std::string render_rows_table(const Report& report)
              {"GB/s", Align::Right},  {"%read", Align::Right},  {"TFLOP/s", Align::Right}, {"dense us", Align::Right},
              {"x dense", Align::Right}, {"check", Align::Right}}) {
         table.column(name, align);
+    }
+    if (floors) {
+        table.column("floor us", Align::Right);
+        table.column("%floor", Align::Right);
     }
     for (const Row& r : report.rows) {
         std::vector<std::string> cells = {r.shape.label(), std::to_string(r.shape.m), std::to_string(r.shape.k),
@@ -128,6 +137,10 @@ std::string render_rows_table(const Report& report)
         cells.push_back(optional_cell(dense_us(r), 2));
         cells.push_back(optional_cell(r.ratio_to_dense(), 2));
         cells.push_back(r.check ? fmt::format("{:.1e}/{:.1e}", r.check->max_abs, r.check->bound) : "-");
+        if (floors) {
+            cells.push_back(r.read_floor ? cell(r.read_floor->us.median, 2) : "-");
+            cells.push_back(optional_cell(r.percent_of_read_floor(), 1));
+        }
         table.row(cells);
     }
     text += table.render();
@@ -315,6 +328,13 @@ void write_row(JsonWriter& json, const Report& report, const Row& r)
     if (const std::optional<double> ratio = r.ratio_to_dense()) {
         json.field("ratio_to_dense", *ratio);
     }
+    if (r.read_floor) {
+        json.key("read_floor");
+        write_timing(json, *r.read_floor);
+        if (const std::optional<double> percent = r.percent_of_read_floor()) {
+            json.field("percent_of_read_floor", *percent);
+        }
+    }
     write_strings(json, "notes", r.notes);
     json.end_object();
 }
@@ -419,7 +439,8 @@ std::string render_rows_csv(const Report& report)
     std::string text = tools::csv_line(
         {"model", "projection", "m", "k", "n", "regime", "policy", "status", "variant", "method", "launches", "copies",
          "median_us", "min_us", "max_us", "gbps", "percent_of_read_ceiling", "tflops", "dense_dtype", "dense_median_us",
-         "dense_gbps", "dense_tflops", "ratio_to_dense", "max_abs", "bound", "check_passed", "error"});
+         "dense_gbps", "dense_tflops", "ratio_to_dense", "max_abs", "bound", "check_passed", "error", "read_floor_us",
+         "percent_of_read_floor"});
     for (const Row& r : report.rows) {
         std::vector<std::string> cells = {r.shape.model,      to_string(r.shape.projection), std::to_string(r.shape.m),
                                           std::to_string(r.shape.k), std::to_string(r.shape.n),
@@ -445,6 +466,8 @@ std::string render_rows_csv(const Report& report)
         cells.push_back(r.check ? fmt::format("{:.3e}", r.check->bound) : "");
         cells.push_back(r.check ? (r.check->passed ? "1" : "0") : "");
         cells.push_back(r.error);
+        cells.push_back(r.read_floor ? number(r.read_floor->us.median, 3) : "");
+        cells.push_back(r.percent_of_read_floor() ? number(*r.percent_of_read_floor(), 2) : "");
         text += tools::csv_line(cells);
     }
     return text;
@@ -585,6 +608,7 @@ Row read_row(const JsonValue& object)
         d.error = member(dense, "error").string();
         row.dense = d;
     }
+    row.read_floor = read_timing(member(object, "read_floor"));
     row.notes = read_strings(member(object, "notes"));
     return row;
 }
@@ -655,6 +679,14 @@ std::optional<double> Row::ratio_to_dense() const
         return std::nullopt;
     }
     return *dense_median / us();
+}
+
+std::optional<double> Row::percent_of_read_floor() const
+{
+    if (!read_floor || read_floor->us.median <= 0.0 || us() <= 0.0) {
+        return std::nullopt;
+    }
+    return 100.0 * read_floor->us.median / us();
 }
 
 int Report::failed() const

@@ -77,6 +77,14 @@ contains() {
   fi
 }
 
+# --read-floor's column: the row's time against the streaming read of its bytes.
+expect 0 "$bench" --from-json "$here/sample_timing.json"
+contains "$work/out" "%floor"
+contains "$work/out" "      7.50    83.3"
+expect 0 "$bench" --from-json "$here/sample_timing.json" --csv
+contains "$work/out" "read_floor_us,percent_of_read_floor"
+contains "$work/out" ",7.500,83.33"
+
 # Developer overrides: flags and the environment reach the plan; what they refuse is ignored.
 expect 0 "$plan" --K 4096 --N 6144 --m 128 --policy fastest --prefill-split-k 4
 contains "$work/out" "variant: nbits_prefill_wgmma"
