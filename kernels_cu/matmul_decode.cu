@@ -593,6 +593,15 @@ struct Codes<false, 4> {
         zero_lo = (0x6400u + zp) * 0x10001u;
         zero_hi = (0xd400u | (zp << 4)) * 0x10001u;
     }
+    // The zero point is byte `byte` (0..3, below 16) of v: one byte permute
+    // spreads it into both halves of 0x6400 + zp, and zero_hi's halves
+    // 0xd400 + 16 zp follow by one multiply-add (the low half's carry into
+    // the high half is folded into the constant).
+    __device__ __forceinline__ void set_byte(u32 v, int byte)
+    {
+        zero_lo = __byte_perm(v, 0x64u, (u32)byte * 0x0101u + 0x4040u);
+        zero_hi = zero_lo * 16u + 0x93fa9400u;
+    }
     __device__ __forceinline__ void word(u32 q, u32 (&w)[4]) const
     {
         const u32 q8 = q >> 8;
@@ -607,6 +616,10 @@ template <>
 struct Codes<true, 4> {
     u32 zero_lo;
     __device__ __forceinline__ void set(u32 zp) { zero_lo = (0x4300u + zp) * 0x10001u; }
+    __device__ __forceinline__ void set_byte(u32 v, int byte)
+    {
+        zero_lo = __byte_perm(v, 0x43u, (u32)byte * 0x0101u + 0x4040u);
+    }
     __device__ __forceinline__ void word(u32 q, u32 (&w)[4]) const
     {
         w[0] = psub<true>(lop_and_or(q, 0x000f000fu, 0x43004300u), zero_lo);
@@ -620,6 +633,10 @@ template <>
 struct Codes<false, 8> {
     u32 zero_lo;
     __device__ __forceinline__ void set(u32 zp) { zero_lo = (0x6400u + zp) * 0x10001u; }
+    __device__ __forceinline__ void set_byte(u32 v, int byte)
+    {
+        zero_lo = __byte_perm(v, 0x64u, (u32)byte * 0x0101u + 0x4040u);
+    }
     __device__ __forceinline__ void word(u32 q, u32 (&w)[2]) const
     {
         w[0] = psub<false>(__byte_perm(q, 0x64646464u, 0x4140), zero_lo);
@@ -631,6 +648,11 @@ template <>
 struct Codes<true, 8> {
     float zero;
     __device__ __forceinline__ void set(u32 zp) { zero = 8388608.0f + (float)zp; }
+    // 2^23 + zp, the zero point's byte under the float magic number's exponent.
+    __device__ __forceinline__ void set_byte(u32 v, int byte)
+    {
+        zero = __uint_as_float(__byte_perm(v, 0x4b000000u, (u32)byte + 0x7440u));
+    }
     __device__ __forceinline__ void word(u32 q, u32 (&w)[2]) const
     {
         const float f0 = __uint_as_float(__byte_perm(q, 0x4b000000u, 0x7440)) - zero;
@@ -859,6 +881,26 @@ __device__ __forceinline__ u32 zero_point_at(u32 z, int blk0, int i)
         return (z >> (8 * ((blk >> 1) - (blk0 >> 1)) + 4 * (blk & 1))) & 0xfu;
     } else {
         return (z >> (8 * i)) & 0xffu;
+    }
+}
+
+// Zero point of block blk0 + i from the bytes read at zero_point_byte(blk0),
+// as byte `byte` of `word` (for Codes::set_byte): int4 zero points are
+// spread one a byte, low or high nibbles as the block's parity says. In exact
+// mode blk0 is a multiple of kScalesPerChunk, so with several blocks a chunk
+// index both are known at compile time.
+struct ZeroPointByte {
+    u32 word;
+    int byte;
+};
+__device__ __forceinline__ ZeroPointByte zero_point_byte_at(u32 z, int blk0, int i)
+{
+    if constexpr (kBits == 8) {
+        return {z, i};
+    } else if constexpr (kScalesPerChunk == 1) {
+        return {(z >> (4 * (blk0 & 1))) & 0xfu, 0};
+    } else {
+        return {(i & 1) ? (z >> 4) & 0x0f0f0f0fu : z & 0x0f0f0f0fu, i >> 1};
     }
 }
 
@@ -1285,8 +1327,15 @@ __device__ __forceinline__ void tc_compute(
                     for (int i = 0; i < kScalesPerChunk; ++i) {
                         const int blk0 = scale_block(step, r, t, 0);
                         Codes<kBf16, kBits> ca, cb;
-                        ca.set(zero_point_at(f.z[set][j][0][r], blk0, i));
-                        cb.set(zero_point_at(f.z[set][j][1][r], blk0, i));
+                        if constexpr (kHasZp) {
+                            const ZeroPointByte za = zero_point_byte_at(f.z[set][j][0][r], blk0, i);
+                            const ZeroPointByte zb = zero_point_byte_at(f.z[set][j][1][r], blk0, i);
+                            ca.set_byte(za.word, za.byte);
+                            cb.set_byte(zb.word, zb.byte);
+                        } else {
+                            ca.set(kDefaultZp);
+                            cb.set(kDefaultZp);
+                        }
                         float c[kMTiles][4];
 #pragma unroll
                         for (int mt = 0; mt < kMTiles; ++mt)

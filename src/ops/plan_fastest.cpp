@@ -869,6 +869,11 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
 // second call, as planned against one chunk everywhere (M = 1, 2, 8):
 // Llama-3-70B gate+up 71.07 -> 66.39 (M = 1), 80.78 -> 71.60 (M = 2);
 // Llama-3-8B down 15.06 -> 12.51 (M = 2); within 1.5% where the rule keeps one.
+// Not for the paired node with zero points: its two weight sets' scales and
+// zero points of two chunks in flight take every register a thread has and
+// spill (fp16, block 32, M = 1, same call, two -> one: Llama-3-70B gate+up
+// 98.63 -> 97.36 us, Qwen2.5-7B 34.06 -> 32.61, Llama-3-8B 30.73 -> 29.12;
+// the unpaired nodes keep two, 8B down 15.33 against 16.84 with one).
 DecodeGeometry decode_geometry(const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
@@ -883,6 +888,9 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
         return g.tiles == 1 && g.min_blocks * g.warps == 16 && g.cluster_k == 1;
     };
     if (config.bits != 4 || fastest.m > 8) {
+        return one;
+    }
+    if (paired && fastest.operands.has_zero_points()) {
         return one;
     }
     if (takes_two(one) && (!paired || config.k >= 3584)) {

@@ -652,6 +652,12 @@ TEST_CASE("Fastest decode copies two chunks a lane per k step where a CTA takes 
     CHECK(chunks_of(fastest(paired(3072, 8192), rows(1))) == 1);
     CHECK(chunks_of(fastest(node(4096, 4096), rows(9))) == 1);
     CHECK(chunks_of(fastest(node(4096, 4096, 8), rows(1))) == 1);
+    // Nor for the paired node with zero points (two sets' scales and zero points of two chunks spill); the unpaired
+    // node with zero points keeps two.
+    test::Shapes zp = rows(1);
+    zp.zero_points = true;
+    CHECK(chunks_of(fastest(paired(8192, 28672), zp)) == 1);
+    CHECK(chunks_of(fastest(node(14336, 4096), zp)) == 2);
     // Two chunks double each warp's ring: 8 warps x 2 stages x (2 chunks x 2 row halves x 512 bytes and the
     // step's 256 activations) plus the partial sums.
     CHECK(test::kernel_step(fastest(node(4096, 4096), rows(1)).plan(), 0).config.dynamic_shared_bytes ==
