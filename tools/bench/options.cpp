@@ -532,7 +532,7 @@ tools::CommandLine command_line(BenchOptions& options, Switches& switches)
                [&](const std::string& value) { options.out_path = value; });
     cli.option("plot", "FILE",
                "write an SVG: GB/s per decode row against the read ceiling, TFLOP/s per prefill\n"
-               "row, every policy beside dense",
+               "row, every policy beside dense (and the read floor, with --read-floor)",
                [&](const std::string& value) { options.plot_path = value; });
     cli.option("from-json", "FILE",
                "render a report saved with --json again (table, --csv, --json, --plot); no GPU",

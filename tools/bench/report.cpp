@@ -786,6 +786,7 @@ std::string xml(const std::string& text)
 const char* policy_colour(KernelPolicy policy) { return policy == KernelPolicy::Original ? "#8c8c8c" : "#1f77b4"; }
 constexpr const char* kDenseColour = "#ff7f0e";
 constexpr const char* kCeilingColour = "#d62728";
+constexpr const char* kReadFloorColour = "#2ca02c";
 
 // One bar of a group: a policy's row or the shape's dense baseline.
 struct Bar {
@@ -854,6 +855,18 @@ std::vector<Group> groups_of(const Report& report, Regime regime)
             bar.label = fmt::format("{:.1f} TFLOP/s", bar.value);
         }
         groups[g].bars.push_back(bar);
+    }
+    // The read floor (--read-floor) last: the same bytes read by a plain streaming kernel.
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+        const Row& first = *firsts[g];
+        if (regime != Regime::Decode || !first.read_floor || !(first.read_floor->us.median > 0.0)) {
+            continue;
+        }
+        const double gbps = static_cast<double>(first.bytes) / (first.read_floor->us.median * 1e3);
+        const double percent = percent_of_read(report, gbps);
+        groups[g].bars.push_back({"read floor", kReadFloorColour, gbps,
+                                  std::isfinite(percent) ? fmt::format("{:.0f} GB/s ({:.0f}%)", gbps, percent)
+                                                         : fmt::format("{:.0f} GB/s", gbps)});
     }
     return groups;
 }
@@ -1002,6 +1015,9 @@ std::string render_svg(const Report& report)
         keys.emplace_back(to_string(policy), policy_colour(policy));
     }
     keys.emplace_back(fmt::format("dense {} (cuBLASLt)", short_name(report.path.activation)), kDenseColour);
+    if (std::any_of(report.rows.begin(), report.rows.end(), [](const Row& r) { return r.read_floor.has_value(); })) {
+        keys.emplace_back("read floor (a streaming read of the row's bytes)", kReadFloorColour);
+    }
     for (const auto& [name, colour] : keys) {
         legend += fmt::format(R"(<rect x="{:.1f}" y="46" width="12" height="12" fill="{}"/>)"
                               R"(<text x="{:.1f}" y="56" font-size="12">{}</text>)" "\n",

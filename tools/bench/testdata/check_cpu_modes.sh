@@ -52,8 +52,9 @@ for sample in sample_timing sample_host_overhead; do
   fi
 done
 expect 0 "$bench" --from-json "$here/sample_timing.json" --plot "$work/plot.svg"
-if ! grep -q "read ceiling" "$work/plot.svg" || ! tail -n 1 "$work/plot.svg" | grep -q "</svg>"; then
-  echo "FAIL: the SVG lacks the ceiling line or its end"
+if ! grep -q "read ceiling" "$work/plot.svg" || ! grep -q "read floor" "$work/plot.svg" ||
+  ! tail -n 1 "$work/plot.svg" | grep -q "</svg>"; then
+  echo "FAIL: the SVG lacks the ceiling line, the read floor or its end"
   failed=1
 fi
 if command -v xmllint >/dev/null && ! xmllint --noout "$work/plot.svg"; then
