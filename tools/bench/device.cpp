@@ -482,13 +482,14 @@ ReadCeiling measure_read_ceiling(CudaRuntime& runtime, const DeviceFacts& facts,
 
 Timing time_read_floor(CudaRuntime& runtime, const DeviceFacts& facts, std::uint64_t bytes, const Method& method)
 {
-    const std::size_t copy = aligned(static_cast<std::size_t>(std::max<std::uint64_t>(bytes, 16)));
+    const std::size_t read = static_cast<std::size_t>((std::max<std::uint64_t>(bytes, 16) + 15) / 16 * 16);
+    const std::size_t copy = aligned(read);
     const Rotation rotation = rotation_for(runtime, method, copy, true);
     DeviceBuffer buffer(runtime, rotation.copies * copy);
     DeviceBuffer sink(runtime, sizeof(unsigned int));
     runtime.memset_async(buffer.get(), 0x5A, rotation.copies * copy);
     runtime.synchronize();
-    const Enqueue enqueue = stream_read(runtime, facts, buffer.get(), (bytes + 15) / 16 * 16, copy, sink.get());
+    const Enqueue enqueue = stream_read(runtime, facts, buffer.get(), read, copy, sink.get());
     const Enqueue rotated = [&](std::size_t index) { enqueue(index % rotation.copies); };
     rotated(0);
     runtime.synchronize();

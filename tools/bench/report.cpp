@@ -801,6 +801,14 @@ struct Group {
     std::vector<Bar> bars;
 };
 
+// "N GB/s (P%)", P the share of the read ceiling when the report has one.
+std::string bandwidth_label(const Report& report, double gbps)
+{
+    const double percent = percent_of_read(report, gbps);
+    return std::isfinite(percent) ? fmt::format("{:.0f} GB/s ({:.0f}%)", gbps, percent)
+                                  : fmt::format("{:.0f} GB/s", gbps);
+}
+
 // The rows of one regime grouped by shape and M, in report order.
 std::vector<Group> groups_of(const Report& report, Regime regime)
 {
@@ -824,9 +832,7 @@ std::vector<Group> groups_of(const Report& report, Regime regime)
             bar.label = to_string(row.status);
         } else if (regime == Regime::Decode) {
             bar.value = row.gbps();
-            const double percent = percent_of_read(report, bar.value);
-            bar.label = std::isfinite(percent) ? fmt::format("{:.0f} GB/s ({:.0f}%)", bar.value, percent)
-                                               : fmt::format("{:.0f} GB/s", bar.value);
+            bar.label = bandwidth_label(report, bar.value);
         } else {
             bar.value = row.tflops();
             bar.label = fmt::format("{:.1f} TFLOP/s", bar.value);
@@ -847,9 +853,7 @@ std::vector<Group> groups_of(const Report& report, Regime regime)
             bar.label = "dense failed";
         } else if (regime == Regime::Decode) {
             bar.value = dense_gbps(*first.dense);
-            const double percent = percent_of_read(report, bar.value);
-            bar.label = std::isfinite(percent) ? fmt::format("{:.0f} GB/s ({:.0f}%)", bar.value, percent)
-                                               : fmt::format("{:.0f} GB/s", bar.value);
+            bar.label = bandwidth_label(report, bar.value);
         } else {
             bar.value = dense_tflops(first);
             bar.label = fmt::format("{:.1f} TFLOP/s", bar.value);
@@ -863,10 +867,7 @@ std::vector<Group> groups_of(const Report& report, Regime regime)
             continue;
         }
         const double gbps = static_cast<double>(first.bytes) / (first.read_floor->us.median * 1e3);
-        const double percent = percent_of_read(report, gbps);
-        groups[g].bars.push_back({"read floor", kReadFloorColour, gbps,
-                                  std::isfinite(percent) ? fmt::format("{:.0f} GB/s ({:.0f}%)", gbps, percent)
-                                                         : fmt::format("{:.0f} GB/s", gbps)});
+        groups[g].bars.push_back({"read floor", kReadFloorColour, gbps, bandwidth_label(report, gbps)});
     }
     return groups;
 }
