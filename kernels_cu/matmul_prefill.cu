@@ -158,6 +158,9 @@
 #ifndef NBITS_SPLIT_K
 #define NBITS_SPLIT_K 1
 #endif
+#ifndef NBITS_PRODUCER_WARPS
+#define NBITS_PRODUCER_WARPS 0
+#endif
 #ifndef NBITS_NORM_THREADS
 #define NBITS_NORM_THREADS 256
 #endif
@@ -366,6 +369,28 @@ __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" :: "n"(pending) : "memory");
 }
 
+// mbarriers (shared addresses) of the warp-specialised pipeline.
+__device__ __forceinline__ void mbarrier_init(const u32 bar, const u32 count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+
+// One arrival, releasing this thread's earlier shared-memory writes.
+__device__ __forceinline__ void mbarrier_arrive(const u32 bar)
+{
+    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" :: "r"(bar) : "memory");
+}
+
+// Waits until the barrier's phase of parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(const u32 bar, const u32 parity)
+{
+    u32 done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (done == 0u);
+}
+
 // c += a . b, m16n8k16, fp32 accumulators.
 __device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], const u32 b0, const u32 b1)
 {
@@ -423,8 +448,14 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], cons
 [[maybe_unused]] constexpr int kTilesPerSplit = (kTilesK + kSplitK - 1) / kSplitK;
 [[maybe_unused]] constexpr int kEpiStride = kTileN + 4;  // floats per staged token row
 [[maybe_unused]] constexpr int kEpiBytes = kWarpsK * kTileM * kEpiStride * 4;
-[[maybe_unused]] constexpr int kSmemBytes =
-    (kStages * kStageBytes > kEpiBytes ? kStages * kStageBytes : kEpiBytes) + kSmemSlack;
+[[maybe_unused]] constexpr int kProducerWarps = NBITS_PRODUCER_WARPS;
+[[maybe_unused]] constexpr int kProducers = 32 * kProducerWarps;
+[[maybe_unused]] constexpr int kBlockThreads = kThreads + kProducers;
+[[maybe_unused]] constexpr int kPipelineBytes = kStages * kStageBytes > kEpiBytes ? kStages * kStageBytes : kEpiBytes;
+// With producer warps each stage has a full and an empty mbarrier, after the
+// stages and the staged tile.
+[[maybe_unused]] constexpr int kBarrierBytes = kProducerWarps > 0 ? 16 * kStages : 0;
+[[maybe_unused]] constexpr int kSmemBytes = kPipelineBytes + kBarrierBytes + kSmemSlack;
 
 static_assert(kWarpN % 16 == 0, "TILE_N / WARPS_N must be a multiple of 16");
 static_assert(kWarpM % 8 == 0, "TILE_M / WARPS_M must be a multiple of 8");
@@ -435,6 +466,8 @@ static_assert(8 * kUnits <= kBlockSize, "a thread's k range must lie in one bloc
 static_assert(kTileN % 32 == 0, "TILE_N multiple of 32");
 static_assert(kStages >= 2, "at least two stages");
 static_assert(kSplitK >= 1 && kSplitK <= 8, "NBITS_SPLIT_K is 1..8 (a portable cluster size)");
+static_assert(kProducerWarps == 0 || (kWgmma && (kProducerWarps == 1 || kProducerWarps == 2 || kProducerWarps == 4)),
+    "NBITS_PRODUCER_WARPS is 0, or 1, 2 or 4 with NBITS_WGMMA");
 static_assert(!kWgmma || ((kTileN == 128 || kTileN == 256) && kWarpsN == kTileN / 16 && kTileK == 64 &&
                           kWarpsM == 1 && kWarpsK == 1 && (kTileM == 64 || kTileM == 128 || kTileM == 256) &&
                           kStages >= 3),
@@ -544,10 +577,11 @@ __device__ __forceinline__ void cp_async_word(
 }
 
 // Issues the copies of k tile `tile` into the stage at shared address `stage`
-// (generic pointer `stage_ptr`). Copy i of a kind goes to thread i % THREADS,
-// so every trip count is a compile-time constant and everything but the tile
-// offset is loop-invariant.
-template <bool kPaired>
+// (generic pointer `stage_ptr`) by kLoaders threads, this one `loader` among
+// them. Copy i of a kind goes to loader i % kLoaders, so every trip count is
+// a compile-time constant and everything but the tile offset is
+// loop-invariant.
+template <int kLoaders, bool kPaired>
 __device__ __forceinline__ void load_stage(
     const u32 stage,
     u8* stage_ptr,
@@ -555,17 +589,17 @@ __device__ __forceinline__ void load_stage(
     const act_t* __restrict__ a,
     const WeightSource<kPaired>& src,
     const int m,
-    const int m0)
+    const int m0,
+    const int loader)
 {
-    const int tid = (int)threadIdx.x;
 
     // Weights: TILE_N rows x WROW bytes in kWCopy-byte pieces, row-major.
     constexpr int kPieces = kWRowBytes / kWCopy;
     constexpr int kWCopies = kTileN * kPieces;
 #pragma unroll
-    for (int it = 0; it < (kWCopies + kThreads - 1) / kThreads; ++it) {
-        const int i = tid + it * kThreads;
-        if (kWCopies % kThreads == 0 || i < kWCopies) {
+    for (int it = 0; it < (kWCopies + kLoaders - 1) / kLoaders; ++it) {
+        const int i = loader + it * kLoaders;
+        if (kWCopies % kLoaders == 0 || i < kWCopies) {
             const int r = i / kPieces;
             const int off = tile * kWRowBytes + (i % kPieces) * kWCopy;
             const u8* row = src.b(r) + (long)src.column_of(r) * kRowBytes;
@@ -577,9 +611,9 @@ __device__ __forceinline__ void load_stage(
     // Activations: TILE_M rows x CHUNKS chunks; rows >= m and k >= K read as 0.
     constexpr int kACopies = kTileM * kChunks;
 #pragma unroll
-    for (int it = 0; it < (kACopies + kThreads - 1) / kThreads; ++it) {
-        const int i = tid + it * kThreads;
-        if (kACopies % kThreads == 0 || i < kACopies) {
+    for (int it = 0; it < (kACopies + kLoaders - 1) / kLoaders; ++it) {
+        const int i = loader + it * kLoaders;
+        if (kACopies % kLoaders == 0 || i < kACopies) {
             const int r = i / kChunks;
             const int q = i % kChunks;
             const int row = m0 + r;
@@ -603,9 +637,9 @@ __device__ __forceinline__ void load_stage(
     const int kb0 = tile * kTileK / kBlockSize;
     constexpr int kSCopies = kTileN * kScaleWords;
 #pragma unroll
-    for (int it = 0; it < (kSCopies + kThreads - 1) / kThreads; ++it) {
-        const int i = tid + it * kThreads;
-        if (kSCopies % kThreads == 0 || i < kSCopies) {
+    for (int it = 0; it < (kSCopies + kLoaders - 1) / kLoaders; ++it) {
+        const int i = loader + it * kLoaders;
+        if (kSCopies % kLoaders == 0 || i < kSCopies) {
             const int r = i / kScaleWords;
             const int byte0 = (src.column_of(r) * kKBlocks + kb0) * kScaleBytes;
             cp_async_word(stage + kWBytes + kABytes + 4 * i,
@@ -617,9 +651,9 @@ __device__ __forceinline__ void load_stage(
         constexpr int kZw = kZpWords > 0 ? kZpWords : 1;
         constexpr int kZCopies = kTileN * kZw;
 #pragma unroll
-        for (int it = 0; it < (kZCopies + kThreads - 1) / kThreads; ++it) {
-            const int i = tid + it * kThreads;
-            if (kZCopies % kThreads == 0 || i < kZCopies) {
+        for (int it = 0; it < (kZCopies + kLoaders - 1) / kLoaders; ++it) {
+            const int i = loader + it * kLoaders;
+            if (kZCopies % kLoaders == 0 || i < kZCopies) {
                 const int r = i / kZw;
                 const int byte0 = src.column_of(r) * kZpRowBytes + (kBits == 4 ? kb0 / 2 : kb0);
                 cp_async_word(stage + kWBytes + kABytes + kSBytes + 4 * i, src.zp(r), byte0,
@@ -900,12 +934,18 @@ __device__ __forceinline__ u32 dequant_unit_pair(const u32* words, const int u, 
     }
 }
 
+// k16 steps a wgmma commit group takes: their A fragments are dequantised
+// first, then their wgmmas issued back to back. Not all four of a tile: the
+// next tile's fragments would then reuse the registers of a group still in
+// flight (in the same loop body), which ptxas does not guard against.
+[[maybe_unused]] constexpr int kWgmmaGroupSteps = 2;
+
 // One k tile: the A fragments of its four k16 steps from rows r and r + 8,
-// each followed by its wgmma(s) in a commit group of their own. After issuing
-// a step the warp waits only for the step before it (wait_group 1), so the
-// tensor cores work on one step while the next is dequantised, also across
-// the tile boundary: the last step of a tile is still in flight while the
-// next tile's words and scales are read. The stage that step reads is
+// two steps a commit group (kWgmmaGroupSteps). After issuing a group the warp
+// waits only for the group before it (wait_group 1), so the tensor cores work
+// on one group while the next is dequantised, also across the tile boundary:
+// the last group of a tile is still in flight while the next tile's words
+// and scales are read. The stage that step reads is
 // therefore refilled one tile later than the mma.sync loop would
 // (kCopiesAhead), and staged_k_tiles waits for every group before the
 // epilogue reuses the stages.
@@ -933,16 +973,25 @@ __device__ __forceinline__ void compute_stage_wgmma(
         c_hi[b] = row_const(st, src, r + 8, tile, b);
     }
 #pragma unroll
-    for (int s = 0; s < kTileK / 16; ++s) {
-        const int b = kBlockSize >= kTileK ? 0 : 16 * s / kBlockSize;
-        const u32 frag[4] = {dequant_unit_pair(lo, 2 * s, t, select, c_lo[b]),
-                             dequant_unit_pair(hi, 2 * s, t, select, c_hi[b]),
-                             dequant_unit_pair(lo, 2 * s + 1, t, select, c_lo[b]),
-                             dequant_unit_pair(hi, 2 * s + 1, t, select, c_hi[b])};
+    for (int s0 = 0; s0 < kTileK / 16; s0 += kWgmmaGroupSteps) {
+        u32 frag[kWgmmaGroupSteps][4];
+#pragma unroll
+        for (int q = 0; q < kWgmmaGroupSteps; ++q) {
+            const int s = s0 + q;
+            const int b = kBlockSize >= kTileK ? 0 : 16 * s / kBlockSize;
+            frag[q][0] = dequant_unit_pair(lo, 2 * s, t, select, c_lo[b]);
+            frag[q][1] = dequant_unit_pair(hi, 2 * s, t, select, c_hi[b]);
+            frag[q][2] = dequant_unit_pair(lo, 2 * s + 1, t, select, c_lo[b]);
+            frag[q][3] = dequant_unit_pair(hi, 2 * s + 1, t, select, c_hi[b]);
+        }
         wgmma_fence();
 #pragma unroll
-        for (int h = 0; h < kWgmmaHalves; ++h) {
-            wgmma_step(acc[h], frag, act_descriptor(act_smem + 32 * s + h * kWgmmaN * 128), s > 0 || !first_tile);
+        for (int q = 0; q < kWgmmaGroupSteps; ++q) {
+            const int s = s0 + q;
+#pragma unroll
+            for (int h = 0; h < kWgmmaHalves; ++h) {
+                wgmma_step(acc[h], frag[q], act_descriptor(act_smem + 32 * s + h * kWgmmaN * 128), s > 0 || !first_tile);
+            }
         }
         wgmma_commit();
         wgmma_wait<1>();
@@ -966,13 +1015,86 @@ __device__ __forceinline__ void staged_tile_ready()
     }
 }
 
+// This CTA's k tiles, first .. first + count - 1: all of them without split-K.
+struct KTiles {
+    int first;
+    int count;
+};
+__device__ __forceinline__ KTiles cta_k_tiles()
+{
+    const int first = split_index() * kTilesPerSplit;
+    return {first, min(kTilesK - first, kTilesPerSplit)};
+}
+
 // Tiles whose copies are in flight while one is computed: the stage refilled
 // at tile i is that of tile i - 1 (mma.sync), or of tile i - 2 for wgmma,
 // whose last step may still read tile i - 1's stage while tile i is computed.
 [[maybe_unused]] constexpr int kCopiesAhead = kWgmma ? kStages - 2 : kStages - 1;
 
-// The cp.async pipeline over this CTA's k tiles, shared by both main loops:
-// kCopiesAhead tiles in flight, compute(stage, its shared address, tile) once
+// The warp-specialised pipeline (NBITS_PRODUCER_WARPS): the producer warps
+// issue every tile's copies, up to kStages tiles ahead, and the consumer warps
+// (the first kThreads threads) only compute, never waiting on a CTA barrier.
+// Stage s has two mbarriers: `full` completes once its tile's copies have
+// landed (each producer thread, kCopiesAhead tiles later, waits for its own
+// copies of the tile with cp.async.wait_group and arrives, releasing them and
+// its plain shared stores), `empty` once every consumer warp is done with it.
+// compute leaves only its tile's last wgmma in flight, so after tile i the
+// stage of tile i - 1 is free. For staged_k_tiles, which returns alike.
+template <bool kPaired, class Compute>
+__device__ __forceinline__ void produced_k_tiles(u8* smem, const u32 smem_base, const int first, const int count,
+    const act_t* __restrict__ a, const WeightSource<kPaired>& src, const int m, const int m0, Compute compute)
+{
+    const u32 full = smem_base + kPipelineBytes;
+    const u32 empty = full + 8 * kStages;
+    const int tid = (int)threadIdx.x;
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < kStages; ++s) {
+            mbarrier_init(full + 8 * s, kProducers);
+            mbarrier_init(empty + 8 * s, kThreads / 32);
+        }
+    }
+    __syncthreads();
+    if (tid >= kThreads) {
+#pragma unroll 1
+        for (int i = 0; i < count; ++i) {
+            const int stage = i % kStages;
+            if (i >= kStages) {
+                mbarrier_wait(empty + 8 * stage, (u32)((i / kStages - 1) & 1));
+            }
+            load_stage<kProducers>(
+                smem_base + stage * kStageBytes, smem + stage * kStageBytes, first + i, a, src, m, m0, tid - kThreads);
+            cp_async_commit();
+            if (i >= kCopiesAhead - 1) {
+                cp_async_wait<kCopiesAhead - 1>();
+                mbarrier_arrive(full + 8 * ((i - (kCopiesAhead - 1)) % kStages));
+            }
+        }
+        cp_async_wait<0>();
+#pragma unroll 1
+        for (int i = max(count - (kCopiesAhead - 1), 0); i < count; ++i) {
+            mbarrier_arrive(full + 8 * (i % kStages));
+        }
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < count; ++i) {
+            const int stage = i % kStages;
+            mbarrier_wait(full + 8 * stage, (u32)((i / kStages) & 1));
+            // The copies (generic proxy) become visible to wgmma (async proxy).
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            compute(stage, smem_base + stage * kStageBytes, first + i);
+            __syncwarp();
+            if (i > 0 && (tid & 31) == 0) {
+                mbarrier_arrive(empty + 8 * ((i - 1) % kStages));
+            }
+        }
+        wgmma_wait<0>();
+    }
+    __syncthreads();
+}
+
+// The cp.async pipeline over this CTA's k tiles, shared by both main loops
+// (with producer warps, produced_k_tiles): kCopiesAhead tiles in flight, compute(stage, its shared address, tile) once
 // tile's copies have landed and every warp has finished the tile whose stage
 // the next copies refill. Without split-K the CTA takes every k tile. Before
 // returning every copy has landed and every wgmma has finished, so the
@@ -982,13 +1104,17 @@ __device__ __forceinline__ void staged_k_tiles(
     u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src, const int m, const int m0,
     Compute compute)
 {
-    const int first = split_index() * kTilesPerSplit;
-    const int count = min(kTilesK - first, kTilesPerSplit);
+    const auto [first, count] = cta_k_tiles();
     const u32 smem_base = smem_addr(smem);
+    if constexpr (kProducerWarps > 0) {
+        produced_k_tiles(smem, smem_base, first, count, a, src, m, m0, compute);
+        return;
+    }
+    const int tid = (int)threadIdx.x;
 #pragma unroll
     for (int s = 0; s < kCopiesAhead; ++s) {
         if (s < count) {
-            load_stage(smem_base + s * kStageBytes, smem + s * kStageBytes, first + s, a, src, m, m0);
+            load_stage<kThreads>(smem_base + s * kStageBytes, smem + s * kStageBytes, first + s, a, src, m, m0, tid);
         }
         cp_async_commit();
     }
@@ -1003,7 +1129,8 @@ __device__ __forceinline__ void staged_k_tiles(
         const int next = i + kCopiesAhead;
         if (next < count) {
             const int stage = next % kStages;
-            load_stage(smem_base + stage * kStageBytes, smem + stage * kStageBytes, first + next, a, src, m, m0);
+            load_stage<kThreads>(
+                smem_base + stage * kStageBytes, smem + stage * kStageBytes, first + next, a, src, m, m0, tid);
         }
         cp_async_commit();
         const int stage = i % kStages;
@@ -1030,10 +1157,11 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(
 #pragma unroll
         for (int i = 0; i < kWgmmaAcc; ++i) asm volatile("" : "=f"(acc[h][i]));
 
-    const int first = split_index() * kTilesPerSplit;
-    staged_k_tiles(smem, a, src, m, m0, [&](const int stage, const u32 stage_address, const int tile) {
+    const int first = cta_k_tiles().first;
+    const auto compute = [&](const int stage, const u32 stage_address, const int tile) {
         compute_stage_wgmma(acc, stage_view(smem, stage), stage_address + kWBytes, src, tile, tile == first);
-    });
+    };
+    staged_k_tiles(smem, a, src, m, m0, compute);
 #pragma unroll
     for (int h = 0; h < kWgmmaHalves; ++h) fence_accumulators(acc[h]);
     if (first >= kTilesK) {
@@ -1050,6 +1178,9 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(
     float* epi = reinterpret_cast<float*>(smem);
 #pragma unroll
     for (int h = 0; h < kWgmmaHalves; ++h) {
+        if (kProducerWarps > 0 && (int)threadIdx.x >= kThreads) {
+            break;  // producer warps hold no accumulators
+        }
 #pragma unroll
         for (int c = 0; c < kWgmmaN / 8; ++c) {
             const int tok = kWgmmaN * h + 8 * c + 2 * t;
@@ -1149,8 +1280,8 @@ __device__ __forceinline__ void staged_values(
 // The epilogue items (token, group of 8 columns) of an output tile this
 // thread stores: with split-K the cluster's CTAs share them, each reading
 // every CTA's partials.
-__device__ __forceinline__ int first_epilogue_item() { return (int)threadIdx.x + split_index() * kThreads; }
-[[maybe_unused]] constexpr int kEpilogueStride = kThreads * kSplitK;
+__device__ __forceinline__ int first_epilogue_item() { return (int)threadIdx.x + split_index() * kBlockThreads; }
+[[maybe_unused]] constexpr int kEpilogueStride = kBlockThreads * kSplitK;
 
 union Act8 {
     uint4 raw;
@@ -1194,7 +1325,7 @@ extern "C" __constant__ int nbits_prefill_smem_bytes = kSmemBytes;
 // y[m, n] = a[m, K] . dequant(b)^T (+ bias). bias_row_stride: 0 broadcasts
 // bias[n]; n reads a per-token [m, n] residual. Ignored when NBITS_BIAS_MODE
 // is 0.
-extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) NBITS_CLUSTER nbits_prefill_gemm(
+extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) NBITS_CLUSTER nbits_prefill_gemm(
     const act_t* __restrict__ a,          // align 2; align 16 when K%8==0
     const u8* __restrict__ b,             // align 8; align 16 when B_ROW%16==0
     const scale_t* __restrict__ scales,   // align 4
@@ -1258,7 +1389,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) NBITS_CLU
 // y[m, n] = T(silu(a . gate^T) * (a . up^T)) for the two weight sets of a
 // paired node (same K, N, bits, block size, scale type, zero-point presence),
 // from the fp32 accumulators with one rounding at the end.
-extern "C" __global__ void __launch_bounds__(kThreads, NBITS_MIN_CTAS) NBITS_CLUSTER nbits_prefill_gate_up(
+extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) NBITS_CLUSTER nbits_prefill_gate_up(
     const act_t* __restrict__ a,          // align 2; align 16 when K%8==0
     const u8* __restrict__ b_gate,        // align 8; align 16 when B_ROW%16==0
     const scale_t* __restrict__ scales_gate,  // align 4

@@ -59,8 +59,8 @@ struct MatMulNBitsConfig {
 // NBITS_DOWN_COLS (8|4|2) and NBITS_ACC4_WARPS (1|2|4|8) for the original's
 // decode GEMVs (ONNX_GENAI_DOWN_COLS and ONNX_GENAI_ACC4_WARPS are accepted
 // as aliases), NBITS_PREFILL_SPLIT_K (1..8), NBITS_PREFILL_WGMMA_TILE_N
-// (128|256) and NBITS_PREFILL_WGMMA_MIN_M (17..65) for Fastest's fused
-// prefill GEMM, NBITS_PREFILL_CHUNK_COLUMNS (64..1048576) for its dequantise +
+// (128|256), NBITS_PREFILL_WGMMA_MIN_M (17..65) and
+// NBITS_PREFILL_PRODUCER_WARPS (0|1|2|4) for Fastest's fused prefill GEMM, NBITS_PREFILL_CHUNK_COLUMNS (64..1048576) for its dequantise +
 // cuBLASLt route, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4),
 // NBITS_DECODE_TILES (1|2), NBITS_DECODE_STAGE_ACTS (0|1),
 // NBITS_DECODE_COL_WARPS (1|2|4), NBITS_DECODE_CLUSTER_K (1|2|4) and
@@ -72,6 +72,7 @@ inline constexpr const char* kAccuracy4WarpsAliasEnv = "ONNX_GENAI_ACC4_WARPS";
 inline constexpr const char* kPrefillSplitKEnv = "NBITS_PREFILL_SPLIT_K";
 inline constexpr const char* kPrefillWgmmaTileNEnv = "NBITS_PREFILL_WGMMA_TILE_N";
 inline constexpr const char* kPrefillWgmmaMinMEnv = "NBITS_PREFILL_WGMMA_MIN_M";
+inline constexpr const char* kPrefillProducerWarpsEnv = "NBITS_PREFILL_PRODUCER_WARPS";
 inline constexpr const char* kPrefillChunkColumnsEnv = "NBITS_PREFILL_CHUNK_COLUMNS";
 inline constexpr const char* kDecodeProgrammaticEnv = "NBITS_DECODE_PDL";
 inline constexpr const char* kDecodeStagesEnv = "NBITS_DECODE_STAGES";
@@ -97,6 +98,11 @@ struct PlanOverrides {
     // runs tiles of 64 tokens (wgmma m64n64k16), 65 keeps it above that.
     // Unset: 33, from where it measured faster than the mma.sync GEMM.
     std::optional<int> prefill_wgmma_min_m;
+    // Producer warps of the sm_90 wgmma GEMM (0, 1, 2 or 4): the warps that
+    // issue every k tile's copies into the stages, handing them to the
+    // computing warpgroups through mbarriers, so that those never wait on a
+    // CTA barrier. 0: every warp copies and computes. Unset: the plan's rule.
+    std::optional<int> prefill_producer_warps;
     // Columns of the weights Fastest's dequantise + cuBLASLt route
     // dequantises and multiplies at a time (64..1048576, rounded down to
     // whole tiles of 64 and capped by the scratch budget). Unset: the rule in

@@ -208,6 +208,23 @@ TEST_CASE("NBITS_PREFILL_WGMMA_TILE_N counts only as 128 or 256")
     CHECK_FALSE(PlanOverrides::from_environment().prefill_wgmma_tile_n.has_value());
 }
 
+TEST_CASE("NBITS_PREFILL_PRODUCER_WARPS counts only as 0, 1, 2 or 4")
+{
+    for (const auto& [text, warps] :
+         {std::pair{"0", 0}, std::pair{"1", 1}, std::pair{"2", 2}, std::pair{"4", 4}, std::pair{"+4", 4}}) {
+        CAPTURE(text);
+        CHECK(PlanOverrides::parse({{kPrefillProducerWarpsEnv, text}}).prefill_producer_warps == warps);
+    }
+    for (const char* ignored : {"3", "8", "-4", " 4", "", "all"}) {
+        CAPTURE(ignored);
+        CHECK_FALSE(PlanOverrides::parse({{kPrefillProducerWarpsEnv, ignored}}).prefill_producer_warps.has_value());
+    }
+    ::setenv(kPrefillProducerWarpsEnv, "2", 1);
+    CHECK(PlanOverrides::from_environment().prefill_producer_warps == 2);
+    ::unsetenv(kPrefillProducerWarpsEnv);
+    CHECK_FALSE(PlanOverrides::from_environment().prefill_producer_warps.has_value());
+}
+
 TEST_CASE("NBITS_PREFILL_WGMMA_MIN_M counts only from 17 to 65")
 {
     auto parse = [](const char* text) {

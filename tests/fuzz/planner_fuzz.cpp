@@ -320,6 +320,7 @@ ops::PlanOverrides overrides_of(Choices& c)
         raw.prefill_split_k = c.pick(values);
         raw.prefill_wgmma_tile_n = c.pick(std::vector<int>{0, 128, 256, 512, -1});
         raw.prefill_wgmma_min_m = c.pick(std::vector<int>{0, 1, 16, 17, 33, 64, 65, 1 << 30, -1});
+        raw.prefill_producer_warps = c.pick(std::vector<int>{0, 1, 2, 3, 4, 8, -1});
         return raw;
     }
     default: return {};
