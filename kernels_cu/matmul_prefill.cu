@@ -68,12 +68,16 @@
 //                          partial tile and the epilogue sums the cluster's
 //                          partials in z order through distributed shared
 //                          memory, every CTA storing its share of the tile
+//   NBITS_PRODUCER_WARPS [0] wgmma only (1, 2 or 4): warps after the computing
+//                          warpgroups that only issue the k tiles' copies and
+//                          hand the stages over through mbarriers (a full and
+//                          an empty one a stage, after the stages in SMEM)
 //   NBITS_NORM_THREADS [256], NBITS_DEQ_THREADS [256], NBITS_DEQ_UNITS [4]
 // Constraints (static_assert): TILE_N / WARPS_N % 16 == 0, TILE_M / WARPS_M
 // % 8 == 0, UNITS = TILE_K / WARPS_K / 32 in {1, 2, 4}, 8 * UNITS <=
 // BLOCK_SIZE, TILE_N % 32 == 0 (paired: % 64 == 0).
 //
-// Launch geometry (THREADS = 32 * WARPS_N * WARPS_M * WARPS_K):
+// Launch geometry (THREADS = 32 * (WARPS_N * WARPS_M * WARPS_K + PRODUCER_WARPS)):
 //   nbits_prefill_gemm     grid (ceil(N / TILE_N), ceil(M / TILE_M), SPLIT_K),
 //                          block THREADS, dynamic smem SMEM (below)
 //   nbits_prefill_gate_up  grid (ceil(N / (TILE_N / 2)), ceil(M / TILE_M),
@@ -81,7 +85,8 @@
 //   nbits_dequantize       grid ceil(n_count * ceil(K / 8) / (DEQ_THREADS *
 //                          DEQ_UNITS)), block DEQ_THREADS, no dynamic smem
 //   nbits_rmsnorm_rows     grid rows, block NORM_THREADS, no dynamic smem
-// SMEM = max(STAGES * STAGE, WARPS_K * TILE_M * (TILE_N + 4) * 4), with
+// SMEM = max(STAGES * STAGE, WARPS_K * TILE_M * (TILE_N + 4) * 4)
+//        + (PRODUCER_WARPS ? 16 * STAGES : 0) (+ 1024 with wgmma, to align), with
 //   STAGE = round_up_16(TILE_N * TILE_K * BITS / 8 + TILE_M * TILE_K * 2
 //                       + TILE_N * 4 * (SW + (HAS_ZP ? ZW : 0)))
 //   SPT = TILE_K >= BLOCK_SIZE ? TILE_K / BLOCK_SIZE : 1 (blocks per stage)
