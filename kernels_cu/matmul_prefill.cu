@@ -950,10 +950,9 @@ __device__ __forceinline__ u32 dequant_unit_pair(const u32* words, const int u, 
 // waits only for the group before it (wait_group 1), so the tensor cores work
 // on one group while the next is dequantised, also across the tile boundary:
 // the last group of a tile is still in flight while the next tile's words
-// and scales are read. The stage that step reads is
-// therefore refilled one tile later than the mma.sync loop would
-// (kCopiesAhead), and staged_k_tiles waits for every group before the
-// epilogue reuses the stages.
+// and scales are read. The stage that group reads is therefore refilled one
+// tile later than the mma.sync loop would (kCopiesAhead), and staged_k_tiles
+// waits for every group before the epilogue reuses the stages.
 template <bool kPaired>
 __device__ __forceinline__ void compute_stage_wgmma(
     float (&acc)[kWgmmaHalves][kWgmmaAcc], const StageView& st, const u32 act_smem, const WeightSource<kPaired>& src,
@@ -1099,11 +1098,12 @@ __device__ __forceinline__ void produced_k_tiles(u8* smem, const u32 smem_base, 
 }
 
 // The cp.async pipeline over this CTA's k tiles, shared by both main loops
-// (with producer warps, produced_k_tiles): kCopiesAhead tiles in flight, compute(stage, its shared address, tile) once
-// tile's copies have landed and every warp has finished the tile whose stage
-// the next copies refill. Without split-K the CTA takes every k tile. Before
-// returning every copy has landed and every wgmma has finished, so the
-// epilogue may reuse the stages.
+// (with producer warps, produced_k_tiles): kCopiesAhead tiles in flight,
+// compute(stage, its shared address, tile) once tile's copies have landed and
+// every warp has finished the tile whose stage the next copies refill.
+// Without split-K the CTA takes every k tile. Before returning every copy
+// has landed and every wgmma has finished, so the epilogue may reuse the
+// stages.
 template <bool kPaired, class Compute>
 __device__ __forceinline__ void staged_k_tiles(
     u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src, const int m, const int m0,
