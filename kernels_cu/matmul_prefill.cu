@@ -383,7 +383,7 @@ __device__ __forceinline__ void mbarrier_init(const u32 bar, const u32 count)
 // One arrival, releasing this thread's earlier shared-memory writes.
 __device__ __forceinline__ void mbarrier_arrive(const u32 bar)
 {
-    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" :: "r"(bar) : "memory");
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
 }
 
 // Waits until the barrier's phase of parity `parity` has completed.
@@ -1041,9 +1041,15 @@ __device__ __forceinline__ KTiles cta_k_tiles()
 // Stage s has two mbarriers: `full` completes once its tile's copies have
 // landed (each producer thread, kCopiesAhead tiles later, waits for its own
 // copies of the tile with cp.async.wait_group and arrives, releasing them and
-// its plain shared stores), `empty` once every consumer warp is done with it.
-// compute leaves only its tile's last wgmma in flight, so after tile i the
-// stage of tile i - 1 is free. For staged_k_tiles, which returns alike.
+// its plain shared stores), `empty` once every consumer thread is done with
+// it. compute leaves only its tile's last wgmma in flight, so once tile i is
+// computed the stage of tile i - 1 is free, which the next iteration reports
+// before it waits (there, not after compute, ptxas keeps the paired int8
+// kernel within two CTAs' registers). Every consumer thread arrives on
+// `empty`, each releasing its own reads: compute-sanitizer's racecheck
+// follows that hand-over, but not one arrival a warp after __syncwarp (it
+// reports the stage's refill as racing with the other lanes' reads). For
+// staged_k_tiles, which returns alike.
 template <bool kPaired, class Compute>
 __device__ __forceinline__ void produced_k_tiles(u8* smem, const u32 smem_base, const int first, const int count,
     const act_t* __restrict__ a, const WeightSource<kPaired>& src, const int m, const int m0, Compute compute)
@@ -1055,7 +1061,7 @@ __device__ __forceinline__ void produced_k_tiles(u8* smem, const u32 smem_base, 
 #pragma unroll
         for (int s = 0; s < kStages; ++s) {
             mbarrier_init(full + 8 * s, kProducers);
-            mbarrier_init(empty + 8 * s, kThreads / 32);
+            mbarrier_init(empty + 8 * s, kThreads);
         }
     }
     __syncthreads();
@@ -1083,14 +1089,13 @@ __device__ __forceinline__ void produced_k_tiles(u8* smem, const u32 smem_base, 
 #pragma unroll 1
         for (int i = 0; i < count; ++i) {
             const int stage = i % kStages;
+            if (i > 1) {
+                mbarrier_arrive(empty + 8 * ((i - 2) % kStages));
+            }
             mbarrier_wait(full + 8 * stage, (u32)((i / kStages) & 1));
             // The copies (generic proxy) become visible to wgmma (async proxy).
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
             compute(stage, smem_base + stage * kStageBytes, first + i);
-            __syncwarp();
-            if (i > 0 && (tid & 31) == 0) {
-                mbarrier_arrive(empty + 8 * ((i - 1) % kStages));
-            }
         }
         wgmma_wait<0>();
     }

