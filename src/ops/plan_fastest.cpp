@@ -774,8 +774,11 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
         geometry.tiles = 1;
     }
     // CTAs per SM for `tiles` of `col_warps` warps across the columns: base_blocks (fewer where shared memory is
-    // short), or 1.5x that where it costs fewer CTA rounds times CTAs per SM (the time of a round grows with the
-    // CTAs sharing an SM).
+    // short), or with one column warp 1.5x that where it costs fewer CTA rounds times CTAs per SM (the time of a
+    // round grows with the CTAs sharing an SM). Two column warps keep base_blocks: Qwen2.5-7B up (3584 x 18944),
+    // the one node of the bench's models that took 1.5x CTAs with them (296 CTAs of 64 columns), ran slower than
+    // with one column warp on 264 CTAs of 32 (H200, fp16, same call: M = 2 21.10 -> 19.23 us, M = 4 22.02 ->
+    // 19.62, M = 8 23.79 -> 19.84).
     struct Blocks {
         std::uint32_t blocks;
         std::size_t cost;
@@ -796,7 +799,7 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
         }
         const std::uint32_t more = base_blocks + base_blocks / 2;
         const bool few_accumulators = sets == 1 && tiles * m_tiles <= 2;
-        if (blocks == base_blocks && more > base_blocks && few_accumulators && fits(more, tiles) &&
+        if (blocks == base_blocks && more > base_blocks && col_warps == 1 && few_accumulators && fits(more, tiles) &&
             cost(more) < cost(blocks)) {
             blocks = more;
         }

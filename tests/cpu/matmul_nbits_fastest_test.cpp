@@ -878,6 +878,17 @@ TEST_CASE("Fastest decode puts two warps across the columns where A is loaded as
     CHECK(defines(step_of(fastest(test::marked(node(3584, 18944), kGateUpSwigluAttr), rows(16))), "NBITS_COL_WARPS=1"));
     CHECK(defines(step_of(fastest(node(14336, 4096), rows(8))), "NBITS_COL_WARPS=1"));
     CHECK(defines(step_of(fastest(node(4096, 128256), rows(1))), "NBITS_COL_WARPS=1"));
+    // Nor where the wider groups would need 1.5x the CTAs an SM: two column warps keep two CTAs, whose 296 groups
+    // of Qwen2.5-7B up (3584 x 18944) at M = 8 then take 2 rounds against 3 of 592 half-width groups, so one
+    // column warp on 264 CTAs (measured faster on the H200 than two on 296 CTAs, three an SM).
+    const KernelStep qwen_up = step_of(fastest(node(3584, 18944), rows(8)));
+    CHECK(defines(qwen_up, "NBITS_COL_WARPS=1"));
+    CHECK(defines(qwen_up, "NBITS_MIN_BLOCKS=2"));
+    CHECK(qwen_up.config.grid == Dim3{264, 1, 1});
+    test::Problem qwen_two = fastest(node(3584, 18944), rows(8));
+    qwen_two.context.overrides = col_warps("2");
+    CHECK(defines(step_of(qwen_two), "NBITS_MIN_BLOCKS=2"));
+    CHECK(step_of(qwen_two).config.grid == Dim3{264, 1, 1});
     // Forced: 4 warps across lm_head's columns at M = 1 (128-column groups), capped by the CTA's warps (K = 256:
     // two k steps, two warps).
     test::Problem forced = fastest(node(4096, 128256), rows(1));
