@@ -233,8 +233,14 @@ std::size_t prefill_output_tiles(const FastestRequest& fastest, const PrefillTil
 //   two row tiles the split lost or tied (down M = 256: 4 gave 129.9 against
 //   115.5 dequantised; up 92.4 against 85.1),
 //   and below about 20 M weights the dequantise + cuBLASLt route it competes
-//   with stays ahead (Llama-3-8B o, 16.8 M: 30.8 split 4 against 29.2;
-//   Qwen2.5-7B qkv, 16.5 M: 27.7 against 25.5; Llama-3-8B qkv, 25.2 M, won).
+//   with at M = 65..128 stays ahead (Llama-3-8B o, 16.8 M: 30.8 split 4
+//   against 29.2; Qwen2.5-7B qkv, 16.5 M: 27.7 against 25.5; Llama-3-8B qkv,
+//   25.2 M, won). On the 64-token tiles (M = 33..64, with producer warps),
+//   whose competitor is the mma.sync GEMM, the split pays also below 20 M
+//   weights (same call, M = 33 / 48 / 64, us): Qwen2.5-7B qkv 28.64 / 28.62 /
+//   28.80 -> 20.35 / 20.67 / 21.23 split 4, Qwen2.5-7B o (12.8 M) 22.02 /
+//   22.02 / 22.19 -> 14.30 / 14.46 / 15.30, Llama-3-8B o 24.11 / 24.86 / 25.23
+//   -> 22.27 / 22.61 / 23.22.
 std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& tiles)
 {
     const Capabilities& device = fastest.request.context.capabilities;
@@ -245,8 +251,9 @@ std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& 
     const std::size_t output_tiles = prefill_output_tiles(fastest, tiles);
     if (tiles.wgmma) {
         const MatMulNBitsConfig& config = fastest.request.config;
+        const bool small_tiles = tiles.tile_m == static_cast<int>(kWgmmaSmallTileM);
         if (div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m)) != 1 ||
-            config.k * config.n < kSplitWgmmaMinWeights) {
+            (!small_tiles && config.k * config.n < kSplitWgmmaMinWeights)) {
             return 1;
         }
         for (const std::size_t split : {std::size_t{4}, std::size_t{2}}) {

@@ -275,9 +275,15 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM over 64-token tiles from M =
     CHECK(fastest(node(4096, 6144), rows(33)).plan().variant == "nbits_prefill_wgmma");
     CHECK(test::kernel_step(fastest(node(4096, 6144), rows(64)).plan(), 0).defines == step.defines);
     CHECK(from(fastest(node(4096, 6144), rows(64)), 65).plan().variant == "nbits_prefill_fused");
-    // A grid short of the SMs keeps the mma.sync GEMM (Llama-3-8B o: 32 tiles, below 20 M weights, not split),
-    // as do other GPUs; the paired node runs 64 gate and 64 up rows a CTA.
-    CHECK(from(fastest(node(4096, 4096), rows(64)), 17).plan().variant == "nbits_prefill_fused");
+    // Below 20 M weights the 64-token tiles still split K (Llama-3-8B o, 16.8 M: 32 tiles over clusters of 4),
+    // the 128-token ones do not (M = 128: dequantise + cuBLASLt). A grid short of the SMs even split over four
+    // keeps the mma.sync GEMM (Phi-3.5-mini o: 24 tiles), as do other GPUs; the paired node runs 64 gate and 64
+    // up rows a CTA.
+    const LaunchPlan o_proj = fastest(node(4096, 4096), rows(64)).plan();
+    CHECK(o_proj.variant == "nbits_prefill_wgmma");
+    CHECK(test::kernel_step(o_proj, 0).config.grid == Dim3{32, 1, 4});
+    CHECK(fastest(node(4096, 4096), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(from(fastest(node(3072, 3072), rows(64)), 17).plan().variant == "nbits_prefill_fused");
     CHECK(from(fastest(node(4096, 6144), rows(64), Capabilities::a100()), 17).plan().variant != "nbits_prefill_wgmma");
     const LaunchPlan paired = from(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(48)), 17).plan();
     CHECK(paired.variant == "nbits_prefill_wgmma");
@@ -536,8 +542,8 @@ TEST_CASE("Fastest takes bf16 activations, with bf16 or fp32 scales")
 TEST_CASE("Fastest fits the fused kernel to the device and the block size")
 {
     // 99 KiB of opt-in shared memory (sm_86): fewer pipeline stages than on an H200.
-    const LaunchPlan h200 = fastest(node(4096, 4096, 8), rows(64)).plan();
-    const LaunchPlan sm86 = fastest(node(4096, 4096, 8), rows(64), Capabilities::sm86_28()).plan();
+    const LaunchPlan h200 = fastest(node(4096, 4096, 8), rows(32)).plan();
+    const LaunchPlan sm86 = fastest(node(4096, 4096, 8), rows(32), Capabilities::sm86_28()).plan();
     CHECK(defines(test::kernel_step(h200, 0), "NBITS_STAGES=4"));
     CHECK_FALSE(defines(test::kernel_step(sm86, 0), "NBITS_STAGES=4"));
     CHECK(test::kernel_step(sm86, 0).config.dynamic_shared_bytes <=
