@@ -110,8 +110,11 @@ constexpr std::size_t kWgmmaMaxM = 256;
 // Llama-3-8B qkv and down within 1%. 2 producer warps (an earlier call): 36.34, 117.81, 53.74 at M = 64.
 constexpr int kWgmmaProducerWarps = 4;
 // Weights (K x N) from which the split wgmma GEMM beats dequantise + cuBLASLt
-// on the H200 (see measured_split_k).
+// on the H200 (see measured_split_k), and from which its 64-token tiles beat
+// the mma.sync GEMM (just below the smallest node measured to gain, Qwen2.5-7B
+// o: 12.8 M).
 constexpr std::size_t kSplitWgmmaMinWeights = 20000000;
+constexpr std::size_t kSplitWgmmaSmallTileMinWeights = 12000000;
 
 // The presets that measured fastest on an H200 by M (the harness of
 // matmul_prefill.cu), before the constraints of the node and the device.
@@ -236,8 +239,8 @@ std::size_t prefill_output_tiles(const FastestRequest& fastest, const PrefillTil
 //   with at M = 65..128 stays ahead (Llama-3-8B o, 16.8 M: 30.8 split 4
 //   against 29.2; Qwen2.5-7B qkv, 16.5 M: 27.7 against 25.5; Llama-3-8B qkv,
 //   25.2 M, won). On the 64-token tiles (M = 33..64, with producer warps),
-//   whose competitor is the mma.sync GEMM, the split pays also below 20 M
-//   weights (same call, M = 33 / 48 / 64, us): Qwen2.5-7B qkv 28.64 / 28.62 /
+//   whose competitor is the mma.sync GEMM, the split pays from 12 M weights
+//   (same call, M = 33 / 48 / 64, us): Qwen2.5-7B qkv 28.64 / 28.62 /
 //   28.80 -> 20.35 / 20.67 / 21.23 split 4, Qwen2.5-7B o (12.8 M) 22.02 /
 //   22.02 / 22.19 -> 14.30 / 14.46 / 15.30, Llama-3-8B o 24.11 / 24.86 / 25.23
 //   -> 22.27 / 22.61 / 23.22.
@@ -252,8 +255,8 @@ std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& 
     if (tiles.wgmma) {
         const MatMulNBitsConfig& config = fastest.request.config;
         const bool small_tiles = tiles.tile_m == static_cast<int>(kWgmmaSmallTileM);
-        if (div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m)) != 1 ||
-            (!small_tiles && config.k * config.n < kSplitWgmmaMinWeights)) {
+        const std::size_t min_weights = small_tiles ? kSplitWgmmaSmallTileMinWeights : kSplitWgmmaMinWeights;
+        if (div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m)) != 1 || config.k * config.n < min_weights) {
             return 1;
         }
         for (const std::size_t split : {std::size_t{4}, std::size_t{2}}) {
