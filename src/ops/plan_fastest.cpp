@@ -79,12 +79,17 @@ struct Specialisation {
     int act_bf16() const { return fastest.operands.activation_type == DataType::BFloat16 ? 1 : 0; }
 };
 
+// Tokens a tile of the wgmma GEMM takes up to M = 64 (m64n64k16).
+constexpr std::size_t kWgmmaSmallTileM = 64;
+
 // A tile configuration of the fused prefill GEMM (matmul_prefill.cu).
 struct PrefillTiles {
     int tile_n, tile_m, tile_k, warps_n, warps_m, warps_k, stages, min_ctas;
     bool wgmma = false;  // NBITS_WGMMA: sm_90a warpgroup MMA main loop
     int split_k = 1;     // NBITS_SPLIT_K: CTAs of a cluster sharing one output tile's K
     int producer_warps = 0;  // NBITS_PRODUCER_WARPS: wgmma only, warps that only copy
+    // The wgmma GEMM's 64-token tiles (M <= 64), which take producer warps and split K from fewer weights.
+    bool small_wgmma_tiles() const { return wgmma && tile_m == static_cast<int>(kWgmmaSmallTileM); }
     std::uint32_t threads() const
     {
         return static_cast<std::uint32_t>(32 * (warps_n * warps_m * warps_k + producer_warps));
@@ -102,7 +107,6 @@ constexpr PrefillTiles kWgmmaTiles{128, 128, 64, 8, 1, 1, 5, 2, true};
 // twice the rows.
 constexpr PrefillTiles kWgmmaWideTiles{256, 128, 64, 16, 1, 1, 4, 1, true};
 constexpr std::size_t kWgmmaMinM = 33;
-constexpr std::size_t kWgmmaSmallTileM = 64;
 constexpr std::size_t kWgmmaMaxM = 256;
 // Producer warps of the 64-token wgmma tiles (NBITS_PRODUCER_WARPS): the H200, fp16 int4 block 32, against every
 // warp copying and computing (same call): Llama-3-8B up M = 40 36.59 -> 35.23 us, M = 64 37.36 -> 36.29,
@@ -254,8 +258,8 @@ std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& 
     const std::size_t output_tiles = prefill_output_tiles(fastest, tiles);
     if (tiles.wgmma) {
         const MatMulNBitsConfig& config = fastest.request.config;
-        const bool small_tiles = tiles.tile_m == static_cast<int>(kWgmmaSmallTileM);
-        const std::size_t min_weights = small_tiles ? kSplitWgmmaSmallTileMinWeights : kSplitWgmmaMinWeights;
+        const std::size_t min_weights =
+            tiles.small_wgmma_tiles() ? kSplitWgmmaSmallTileMinWeights : kSplitWgmmaMinWeights;
         if (div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m)) != 1 || config.k * config.n < min_weights) {
             return 1;
         }
@@ -297,7 +301,7 @@ PrefillTiles wgmma_tiles(const FastestRequest& fastest)
     }
     // A warpgroup of producer warps on the 64-token tiles, none on the 128-token ones, whose 64 accumulators a
     // thread need more registers than two CTAs an SM leave beside producer warps (one CTA an SM ran slower).
-    const bool small = tiles.tile_m == static_cast<int>(kWgmmaSmallTileM);
+    const bool small = tiles.small_wgmma_tiles();
     const std::optional<int> producers = fastest.request.context.overrides.prefill_producer_warps;
     const bool overridden = producers && (*producers == 0 || *producers == 1 || *producers == 2 || *producers == 4);
     tiles.producer_warps = overridden ? *producers : (small ? kWgmmaProducerWarps : 0);
