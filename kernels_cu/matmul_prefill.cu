@@ -268,6 +268,15 @@ __device__ __forceinline__ u32 pair_fma(const u32 a, const u32 b, const u32 c)
 [[maybe_unused]] constexpr bool kInt4InPlace = kBits == 4 && !kBf16;
 [[maybe_unused]] constexpr u32 kPairInt4Step = kInt4InPlace ? 0x2C003C00u : kPairOne;
 
+// The step to the exact codes (kPairInt4Step) as a value the compiler keeps
+// in a register: a plain constant it re-materialises before every fma, one
+// more instruction a pair. `positive` is a kernel argument known to be > 0,
+// so the result is the constant.
+__device__ __forceinline__ u32 held_step(const int positive)
+{
+    return kPairInt4Step | ((u32)positive >> 31);
+}
+
 // ------------------------------------------------------------ dequantising
 
 // Per (column, block) constants of the dequantisation: `bias` is the packed
@@ -295,6 +304,16 @@ __device__ __forceinline__ DequantConst make_dequant_const(const scale_t s, cons
     return c;
 }
 
+// (a & kMask) | c in one LOP3: written as an AND and an OR of two
+// immediates, the compiler emits two instructions.
+template <u32 kMask>
+__device__ __forceinline__ u32 mask_or(const u32 a, const u32 c)
+{
+    u32 d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "n"(kMask), "r"(c));
+    return d;
+}
+
 // The two codes of int4 byte `b` (k 2b in its low nibble, k 2b + 1 in its
 // high one) of the unit's 4 bytes `w` in the mantissas of a magic pair:
 // fp16 (1024 + low, 1024 + 16 high), from byte b copied to both halves;
@@ -302,21 +321,21 @@ __device__ __forceinline__ DequantConst make_dequant_const(const scale_t s, cons
 // nibble. pair_fma(., kPairInt4Step, bias) then makes them exact codes.
 __device__ __forceinline__ u32 int4_magic_pair(const u32 w, const u32 w_shr4, const int b)
 {
+    constexpr u32 kMagic = kBf16 ? 0x43004300u : 0x64006400u;
     if (kInt4InPlace) {
-        return (__byte_perm(w, 0u, (u32)(b | (b << 8))) & 0x00F0000Fu) | 0x64006400u;
+        return mask_or<0x00F0000Fu>(__byte_perm(w, 0u, (u32)(b | (b << 8))), kMagic);
     }
-    const u32 z = __byte_perm(w, w_shr4, (u32)(b | ((b + 4) << 8)));
-    return (z & 0x000F000Fu) | (kBf16 ? 0x43004300u : 0x64006400u);
+    return mask_or<0x000F000Fu>(__byte_perm(w, w_shr4, (u32)(b | ((b + 4) << 8))), kMagic);
 }
 
 // The dequantised act_t pair of k pair `p` of a unit; int8: `w0`, `w1` are
-// the unit's 8 bytes.
+// the unit's 8 bytes. `step` is kPairInt4Step, or held_step() in a loop.
 template <int p>
-__device__ __forceinline__ u32 dequant_pair(const u32 w0, const u32 w1, const DequantConst c)
+__device__ __forceinline__ u32 dequant_pair(const u32 w0, const u32 w1, const DequantConst c, const u32 step)
 {
     if (kBits == 4) {
         const u32 v = int4_magic_pair(w0, w1, p);
-        return pair_fma(pair_fma(v, kPairInt4Step, c.bias), c.scale, kPairNegZero);
+        return pair_fma(pair_fma(v, step, c.bias), c.scale, kPairNegZero);
     } else {
         const u32 w = p < 2 ? w0 : w1;
         constexpr int b = 2 * (p & 1);
@@ -328,7 +347,7 @@ __device__ __forceinline__ u32 dequant_pair(const u32 w0, const u32 w1, const De
             return pair_fma(d, c.scale, kPairNegZero);
         } else {
             const u32 v = __byte_perm(w, 0x64646464u, b | 0x4040 | ((b + 1) << 8));
-            return pair_fma(pair_fma(v, kPairOne, c.bias), c.scale, kPairNegZero);
+            return pair_fma(pair_fma(v, step, c.bias), c.scale, kPairNegZero);
         }
     }
 }
@@ -386,13 +405,16 @@ __device__ __forceinline__ void mbarrier_arrive(const u32 bar)
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
 }
 
-// Waits until the barrier's phase of parity `parity` has completed.
+// Waits until the barrier's phase of parity `parity` has completed. The
+// suspend-time hint (ns) lets try_wait suspend the warp until the phase
+// completes instead of returning after the default limit: a spinning warp
+// issues instructions the other warps of its scheduler could have issued.
 __device__ __forceinline__ void mbarrier_wait(const u32 bar, const u32 parity)
 {
     u32 done;
     do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done) : "r"(bar), "r"(parity), "n"(10000000) : "memory");
     } while (done == 0u);
 }
 
@@ -581,92 +603,159 @@ __device__ __forceinline__ void cp_async_word(
     asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(dst), "r"(value) : "memory");
 }
 
-// Issues the copies of k tile `tile` into the stage at shared address `stage`
-// (generic pointer `stage_ptr`) by kLoaders threads, this one `loader` among
-// them. Copy i of a kind goes to loader i % kLoaders, so every trip count is
-// a compile-time constant and everything but the tile offset is
-// loop-invariant.
+// The copies of the k tiles into the stages by kLoaders threads, this one
+// `loader` among them. Copy i of a kind goes to loader i % kLoaders, so every
+// trip count is a compile-time constant. Where each copy of this thread reads
+// at tile 0 is worked out once (the constructor), and a tile's copies add the
+// tile's offset to it: rows past M read as zeros and columns past N as the
+// last column, so only K's end depends on the tile, and only where K is not a
+// multiple of TILE_K.
 template <int kLoaders, bool kPaired>
-__device__ __forceinline__ void load_stage(
-    const u32 stage,
-    u8* stage_ptr,
-    const int tile,
-    const act_t* __restrict__ a,
-    const WeightSource<kPaired>& src,
-    const int m,
-    const int m0,
-    const int loader)
-{
-
+struct StageLoader {
     // Weights: TILE_N rows x WROW bytes in kWCopy-byte pieces, row-major.
-    constexpr int kPieces = kWRowBytes / kWCopy;
-    constexpr int kWCopies = kTileN * kPieces;
+    static constexpr int kPieces = kWRowBytes / kWCopy;
+    static constexpr int kWCopies = kTileN * kPieces;
+    static constexpr int kWIters = (kWCopies + kLoaders - 1) / kLoaders;
+    // Activations: TILE_M rows x CHUNKS chunks. A loader's chunks lie
+    // kLoaders / CHUNKS rows apart at one chunk position: their sources differ
+    // by a constant, and so do their swizzled places when that step keeps
+    // row % 8 (act_chunk_swizzle). Otherwise (or when K % 8 != 0) each tile
+    // works out its chunks.
+    static constexpr int kACopies = kTileM * kChunks;
+    static constexpr int kAIters = (kACopies + kLoaders - 1) / kLoaders;
+    static constexpr int kARowStep = kLoaders / kChunks;
+    static constexpr bool kActStrided =
+        kActAsync && kLoaders % kChunks == 0 && kARowStep % 8 == 0 && kACopies % kLoaders == 0;
+    // Scales and zero points of the blocks a tile touches: the words covering
+    // them, [TILE_N][SW] and [TILE_N][ZW], row-major.
+    static constexpr int kSCopies = kTileN * kScaleWords;
+    static constexpr int kSIters = (kSCopies + kLoaders - 1) / kLoaders;
+    static constexpr int kZw = kZpWords > 0 ? kZpWords : 1;
+    static constexpr int kZCopies = kTileN * kZw;
+    static constexpr int kZIters = kHasZp ? (kZCopies + kLoaders - 1) / kLoaders : 0;
+
+    const act_t* a;
+    const WeightSource<kPaired>& src;
+    int m;
+    int m0;
+    int loader;
+    const u8* w[kWIters];            // weight copy sources at tile 0
+    const act_t* act;                // the first activation chunk's source at tile 0 (kActStrided)
+    u32 act_rows;                    // bit it: activation copy it's row lies inside M (kActStrided)
+    const u8* s_base[kSIters];       // the scale array of scale copy it
+    int s_byte0[kSIters];            // the byte of its row's first scale
+    const u8* z_base[kZIters > 0 ? kZIters : 1];
+    int z_byte0[kZIters > 0 ? kZIters : 1];
+
+    __device__ __forceinline__ StageLoader(const act_t* __restrict__ a_, const WeightSource<kPaired>& src_,
+                                           const int m_, const int m0_, const int loader_)
+        : a(a_), src(src_), m(m_), m0(m0_), loader(loader_)
+    {
 #pragma unroll
-    for (int it = 0; it < (kWCopies + kLoaders - 1) / kLoaders; ++it) {
-        const int i = loader + it * kLoaders;
-        if (kWCopies % kLoaders == 0 || i < kWCopies) {
+        for (int it = 0; it < kWIters; ++it) {
+            const int i = min(loader + it * kLoaders, kWCopies - 1);
             const int r = i / kPieces;
-            const int off = tile * kWRowBytes + (i % kPieces) * kWCopy;
-            const u8* row = src.b(r) + (long)src.column_of(r) * kRowBytes;
-            const bool in = off < kRowBytes;
-            cp_async<kWCopy>(stage + i * kWCopy, in ? row + off : row, in ? kWCopy : 0);
+            w[it] = src.b(r) + (long)src.column_of(r) * kRowBytes + (i % kPieces) * kWCopy;
+        }
+        const int row0 = m0 + loader / kChunks;
+        act = a + (long)min(row0, m - 1) * kK + (loader % kChunks) * 8;
+        act_rows = 0;
+#pragma unroll
+        for (int it = 0; it < kAIters; ++it) {
+            act_rows |= (row0 + it * kARowStep < m ? 1u : 0u) << it;
+        }
+#pragma unroll
+        for (int it = 0; it < kSIters; ++it) {
+            const int r = min(loader + it * kLoaders, kSCopies - 1) / kScaleWords;
+            s_base[it] = reinterpret_cast<const u8*>(src.scales(r));
+            s_byte0[it] = src.column_of(r) * kKBlocks * kScaleBytes;
+        }
+#pragma unroll
+        for (int it = 0; it < kZIters; ++it) {
+            const int r = min(loader + it * kLoaders, kZCopies - 1) / kZw;
+            z_base[it] = src.zp(r);
+            z_byte0[it] = src.column_of(r) * kZpRowBytes;
         }
     }
 
-    // Activations: TILE_M rows x CHUNKS chunks; rows >= m and k >= K read as 0.
-    constexpr int kACopies = kTileM * kChunks;
+    // Issues the copies of k tile `tile` into the stage at shared address
+    // `stage` (generic pointer `stage_ptr`).
+    __device__ __forceinline__ void load(const u32 stage, u8* stage_ptr, const int tile) const
+    {
 #pragma unroll
-    for (int it = 0; it < (kACopies + kLoaders - 1) / kLoaders; ++it) {
-        const int i = loader + it * kLoaders;
-        if (kACopies % kLoaders == 0 || i < kACopies) {
-            const int r = i / kChunks;
-            const int q = i % kChunks;
-            const int row = m0 + r;
-            const int k = tile * kTileK + q * 8;
-            const int dst = kWBytes + r * (kTileK * 2) + act_chunk_swizzle(r, q) * 16;
-            if (kActAsync) {
-                const bool in = row < m && k < kK;
-                cp_async<16>(stage + dst, in ? a + (long)row * kK + k : a, in ? 16 : 0);
+        for (int it = 0; it < kWIters; ++it) {
+            const int i = loader + it * kLoaders;
+            if (kWCopies % kLoaders == 0 || i < kWCopies) {
+                const int off = tile * kWRowBytes;
+                // Rows of whole tiles: every tile's bytes lie inside the row.
+                const bool in = kRowBytes % kWRowBytes == 0 || off + (i % kPieces) * kWCopy < kRowBytes;
+                cp_async<kWCopy>(stage + i * kWCopy, in ? w[it] + off : w[it], in ? kWCopy : 0);
+            }
+        }
+
+        if constexpr (kActStrided) {
+            const int r0 = loader / kChunks;
+            const int q = loader % kChunks;
+            const u32 dst0 = stage + kWBytes + r0 * (kTileK * 2) + act_chunk_swizzle(r0, q) * 16;
+            const bool k_in = kK % kTileK == 0 || tile * kTileK + q * 8 < kK;
+            const act_t* tile_act = act + tile * kTileK;
+            if (act_rows == (1u << kAIters) - 1u) {  // every row inside M: no per-copy select
+#pragma unroll
+                for (int it = 0; it < kAIters; ++it) {
+                    cp_async<16>(dst0 + it * kARowStep * (kTileK * 2), tile_act + (long)it * kARowStep * kK,
+                                 k_in ? 16 : 0);
+                }
             } else {
-                act_t* d = reinterpret_cast<act_t*>(stage_ptr + dst);
 #pragma unroll
-                for (int e = 0; e < 8; ++e) {
-                    d[e] = (row < m && k + e < kK) ? a[(long)row * kK + k + e] : to_act(0.0f);
+                for (int it = 0; it < kAIters; ++it) {
+                    const bool in = k_in && ((act_rows >> it) & 1u);
+                    cp_async<16>(dst0 + it * kARowStep * (kTileK * 2),
+                                 in ? tile_act + (long)it * kARowStep * kK : a, in ? 16 : 0);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int it = 0; it < kAIters; ++it) {
+                const int i = loader + it * kLoaders;
+                if (kACopies % kLoaders == 0 || i < kACopies) {
+                    const int r = i / kChunks;
+                    const int q = i % kChunks;
+                    const int row = m0 + r;
+                    const int k = tile * kTileK + q * 8;
+                    const int dst = kWBytes + r * (kTileK * 2) + act_chunk_swizzle(r, q) * 16;
+                    if (kActAsync) {
+                        const bool in = row < m && k < kK;
+                        cp_async<16>(stage + dst, in ? a + (long)row * kK + k : a, in ? 16 : 0);
+                    } else {
+                        act_t* d = reinterpret_cast<act_t*>(stage_ptr + dst);
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) {
+                            d[e] = (row < m && k + e < kK) ? a[(long)row * kK + k + e] : to_act(0.0f);
+                        }
+                    }
                 }
             }
         }
-    }
 
-    // Scales and zero points of the blocks this tile touches: the words
-    // covering them, [TILE_N][SW] and [TILE_N][ZW], row-major.
-    const int kb0 = tile * kTileK / kBlockSize;
-    constexpr int kSCopies = kTileN * kScaleWords;
+        const int kb0 = tile * kTileK / kBlockSize;
 #pragma unroll
-    for (int it = 0; it < (kSCopies + kLoaders - 1) / kLoaders; ++it) {
-        const int i = loader + it * kLoaders;
-        if (kSCopies % kLoaders == 0 || i < kSCopies) {
-            const int r = i / kScaleWords;
-            const int byte0 = (src.column_of(r) * kKBlocks + kb0) * kScaleBytes;
-            cp_async_word(stage + kWBytes + kABytes + 4 * i,
-                reinterpret_cast<const u8*>(src.scales(r)), byte0,
-                src.n * kKBlocks * kScaleBytes, i % kScaleWords);
+        for (int it = 0; it < kSIters; ++it) {
+            const int i = loader + it * kLoaders;
+            if (kSCopies % kLoaders == 0 || i < kSCopies) {
+                cp_async_word(stage + kWBytes + kABytes + 4 * i, s_base[it], s_byte0[it] + kb0 * kScaleBytes,
+                              src.n * kKBlocks * kScaleBytes, i % kScaleWords);
+            }
         }
-    }
-    if (kHasZp) {
-        constexpr int kZw = kZpWords > 0 ? kZpWords : 1;
-        constexpr int kZCopies = kTileN * kZw;
 #pragma unroll
-        for (int it = 0; it < (kZCopies + kLoaders - 1) / kLoaders; ++it) {
+        for (int it = 0; it < kZIters; ++it) {
             const int i = loader + it * kLoaders;
             if (kZCopies % kLoaders == 0 || i < kZCopies) {
-                const int r = i / kZw;
-                const int byte0 = src.column_of(r) * kZpRowBytes + (kBits == 4 ? kb0 / 2 : kb0);
-                cp_async_word(stage + kWBytes + kABytes + kSBytes + 4 * i, src.zp(r), byte0,
-                    src.n * kZpRowBytes, i % kZw);
+                cp_async_word(stage + kWBytes + kABytes + kSBytes + 4 * i, z_base[it],
+                              z_byte0[it] + (kBits == 4 ? kb0 / 2 : kb0), src.n * kZpRowBytes, i % kZw);
             }
         }
     }
-}
+};
 
 // Dequantisation constants of CTA weight row `r` for the block this thread's
 // k range of tile `tile` lies in.
@@ -720,16 +809,16 @@ __device__ __forceinline__ void load_words(u32 (&w)[kWords], const u8* p)
 template <int j, int h>
 __device__ __forceinline__ void weight_fragment(
     u32 (&frag)[4], const u32 (&lo)[kThreadWords], const u32 (&hi)[kThreadWords],
-    const DequantConst c_lo, const DequantConst c_hi)
+    const DequantConst c_lo, const DequantConst c_hi, const u32 step)
 {
     const u32 lo0 = lo[j * kUnitWords];
     const u32 hi0 = hi[j * kUnitWords];
     const u32 lo1 = kBits == 4 ? lo0 >> 4 : lo[j * kUnitWords + kUnitWords - 1];
     const u32 hi1 = kBits == 4 ? hi0 >> 4 : hi[j * kUnitWords + kUnitWords - 1];
-    frag[0] = dequant_pair<2 * h>(lo0, lo1, c_lo);
-    frag[1] = dequant_pair<2 * h>(hi0, hi1, c_hi);
-    frag[2] = dequant_pair<2 * h + 1>(lo0, lo1, c_lo);
-    frag[3] = dequant_pair<2 * h + 1>(hi0, hi1, c_hi);
+    frag[0] = dequant_pair<2 * h>(lo0, lo1, c_lo, step);
+    frag[1] = dequant_pair<2 * h>(hi0, hi1, c_hi, step);
+    frag[2] = dequant_pair<2 * h + 1>(lo0, lo1, c_lo, step);
+    frag[3] = dequant_pair<2 * h + 1>(hi0, hi1, c_hi, step);
 }
 
 // Activation chunk of unit j for token fragment f: registers 0, 1 are the B
@@ -754,15 +843,15 @@ __device__ __forceinline__ void compute_unit(
     float (&acc)[kFragsN][kFragsM][4],
     const StageView& st,
     const u32 (&words)[kFragsN][2][kThreadWords],
-    const DequantConst (&consts)[kFragsN][2],
+    const DequantConst (&consts)[kFragsN][2], const u32 step,
     const int wm, const int wk, const int g, const int t)
 {
     if (kFragsN * 8 <= kFragsM * 4) {
         u32 afrag[kFragsN][2][4];
 #pragma unroll
         for (int i = 0; i < kFragsN; ++i) {
-            weight_fragment<j, 0>(afrag[i][0], words[i][0], words[i][1], consts[i][0], consts[i][1]);
-            weight_fragment<j, 1>(afrag[i][1], words[i][0], words[i][1], consts[i][0], consts[i][1]);
+            weight_fragment<j, 0>(afrag[i][0], words[i][0], words[i][1], consts[i][0], consts[i][1], step);
+            weight_fragment<j, 1>(afrag[i][1], words[i][0], words[i][1], consts[i][0], consts[i][1], step);
         }
 #pragma unroll
         for (int f = 0; f < kFragsM; ++f) {
@@ -783,12 +872,12 @@ __device__ __forceinline__ void compute_unit(
 #pragma unroll
         for (int i = 0; i < kFragsN; ++i) {
             u32 afrag[4];
-            weight_fragment<j, 0>(afrag, words[i][0], words[i][1], consts[i][0], consts[i][1]);
+            weight_fragment<j, 0>(afrag, words[i][0], words[i][1], consts[i][0], consts[i][1], step);
 #pragma unroll
             for (int f = 0; f < kFragsM; ++f) {
                 mma_16816(acc[i][f], afrag, bfrag[f][0], bfrag[f][1]);
             }
-            weight_fragment<j, 1>(afrag, words[i][0], words[i][1], consts[i][0], consts[i][1]);
+            weight_fragment<j, 1>(afrag, words[i][0], words[i][1], consts[i][0], consts[i][1], step);
 #pragma unroll
             for (int f = 0; f < kFragsM; ++f) {
                 mma_16816(acc[i][f], afrag, bfrag[f][2], bfrag[f][3]);
@@ -813,6 +902,7 @@ __device__ __forceinline__ void compute_stage(
     const int wm = (warp / kWarpsN) % kWarpsM;
     const int k_in_tile = wk * kWarpK + t * kUnits * 8;
     const int block_in_tile = kBlockSize < kTileK ? k_in_tile / kBlockSize : 0;
+    const u32 step = held_step(src.n);
 
     u32 words[kFragsN][2][kThreadWords];
     DequantConst consts[kFragsN][2];
@@ -825,13 +915,13 @@ __device__ __forceinline__ void compute_stage(
             consts[i][half] = row_const(st, src, r, tile, block_in_tile);
         }
     }
-    compute_unit<0>(acc, st, words, consts, wm, wk, g, t);
+    compute_unit<0>(acc, st, words, consts, step, wm, wk, g, t);
     if (kUnits > 1) {
-        compute_unit<1 % kUnits>(acc, st, words, consts, wm, wk, g, t);
+        compute_unit<1 % kUnits>(acc, st, words, consts, step, wm, wk, g, t);
     }
     if (kUnits > 2) {
-        compute_unit<2 % kUnits>(acc, st, words, consts, wm, wk, g, t);
-        compute_unit<3 % kUnits>(acc, st, words, consts, wm, wk, g, t);
+        compute_unit<2 % kUnits>(acc, st, words, consts, step, wm, wk, g, t);
+        compute_unit<3 % kUnits>(acc, st, words, consts, step, wm, wk, g, t);
     }
 }
 
@@ -915,14 +1005,15 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[kWgmmaAcc])
 }
 
 // The dequantised pair t (k 2t, 2t + 1) of 8-k unit u of a weight row's stage
-// words; int8: `select` is the byte offset 2 (t & 1) of the pair in its word.
+// words; int8: `select` is the byte offset 2 (t & 1) of the pair in its word;
+// `step` is held_step().
 __device__ __forceinline__ u32 dequant_unit_pair(const u32* words, const int u, const int t, const u32 select,
-                                                 const DequantConst c)
+                                                 const DequantConst c, const u32 step)
 {
     if (kBits == 4) {
         const u32 w = words[u];
         const u32 v = int4_magic_pair(w, w >> 4, t);
-        return pair_fma(pair_fma(v, kPairInt4Step, c.bias), c.scale, kPairNegZero);
+        return pair_fma(pair_fma(v, step, c.bias), c.scale, kPairNegZero);
     } else {
         const u32 w = (t >> 1) ? words[2 * u + 1] : words[2 * u];  // constant indices keep words in registers
         if (kBf16) {
@@ -934,7 +1025,7 @@ __device__ __forceinline__ u32 dequant_unit_pair(const u32* words, const int u, 
             return pair_fma(d, c.scale, kPairNegZero);
         } else {
             const u32 v = __byte_perm(w, 0x64646464u, select | 0x4040 | ((select + 1) << 8));
-            return pair_fma(pair_fma(v, kPairOne, c.bias), c.scale, kPairNegZero);
+            return pair_fma(pair_fma(v, step, c.bias), c.scale, kPairNegZero);
         }
     }
 }
@@ -964,6 +1055,7 @@ __device__ __forceinline__ void compute_stage_wgmma(
     const int t = lane & 3;
     const int r = 16 * warp + g;
     const u32 select = (u32)(2 * (t & 1));
+    const u32 step = held_step(src.n);
     constexpr int kRowWords = kWRowBytes / 4;
     u32 lo[kRowWords];
     u32 hi[kRowWords];
@@ -983,10 +1075,10 @@ __device__ __forceinline__ void compute_stage_wgmma(
         for (int q = 0; q < kWgmmaGroupSteps; ++q) {
             const int s = s0 + q;
             const int b = kBlockSize >= kTileK ? 0 : 16 * s / kBlockSize;
-            frag[q][0] = dequant_unit_pair(lo, 2 * s, t, select, c_lo[b]);
-            frag[q][1] = dequant_unit_pair(hi, 2 * s, t, select, c_hi[b]);
-            frag[q][2] = dequant_unit_pair(lo, 2 * s + 1, t, select, c_lo[b]);
-            frag[q][3] = dequant_unit_pair(hi, 2 * s + 1, t, select, c_hi[b]);
+            frag[q][0] = dequant_unit_pair(lo, 2 * s, t, select, c_lo[b], step);
+            frag[q][1] = dequant_unit_pair(hi, 2 * s, t, select, c_hi[b], step);
+            frag[q][2] = dequant_unit_pair(lo, 2 * s + 1, t, select, c_lo[b], step);
+            frag[q][3] = dequant_unit_pair(hi, 2 * s + 1, t, select, c_hi[b], step);
         }
         wgmma_fence();
 #pragma unroll
@@ -1035,6 +1127,20 @@ __device__ __forceinline__ KTiles cta_k_tiles()
 // whose last step may still read tile i - 1's stage while tile i is computed.
 [[maybe_unused]] constexpr int kCopiesAhead = kWgmma ? kStages - 2 : kStages - 1;
 
+// A position in the ring of stages: the stage, and the parity of the ring's
+// pass (a barrier phase), advanced a k tile at a time without a division.
+struct StageRing {
+    int stage = 0;
+    u32 parity = 0;
+    __device__ __forceinline__ void advance()
+    {
+        if (++stage == kStages) {
+            stage = 0;
+            parity ^= 1u;
+        }
+    }
+};
+
 // The warp-specialised pipeline (NBITS_PRODUCER_WARPS): the producer warps
 // issue every tile's copies, up to kStages tiles ahead, and the consumer warps
 // (the first kThreads threads) only compute, never waiting on a CTA barrier.
@@ -1066,19 +1172,26 @@ __device__ __forceinline__ void produced_k_tiles(u8* smem, const u32 smem_base, 
     }
     __syncthreads();
     if (tid >= kThreads) {
+        const StageLoader<kProducers, kPaired> loader(a, src, m, m0, tid - kThreads);
+        // Stage of tile i, the parity of its empty barrier's previous phase,
+        // and the stage of tile i - (kCopiesAhead - 1), whose copies land next.
+        StageRing ring;
+        ring.parity = 1;
+        StageRing landing;
+        landing.stage = (kStages - (kCopiesAhead - 1)) % kStages;
 #pragma unroll 1
         for (int i = 0; i < count; ++i) {
-            const int stage = i % kStages;
             if (i >= kStages) {
-                mbarrier_wait(empty + 8 * stage, (u32)((i / kStages - 1) & 1));
+                mbarrier_wait(empty + 8 * ring.stage, ring.parity);
             }
-            load_stage<kProducers>(
-                smem_base + stage * kStageBytes, smem + stage * kStageBytes, first + i, a, src, m, m0, tid - kThreads);
+            loader.load(smem_base + ring.stage * kStageBytes, smem + ring.stage * kStageBytes, first + i);
             cp_async_commit();
             if (i >= kCopiesAhead - 1) {
                 cp_async_wait<kCopiesAhead - 1>();
-                mbarrier_arrive(full + 8 * ((i - (kCopiesAhead - 1)) % kStages));
+                mbarrier_arrive(full + 8 * landing.stage);
             }
+            ring.advance();
+            landing.advance();
         }
         cp_async_wait<0>();
 #pragma unroll 1
@@ -1086,16 +1199,21 @@ __device__ __forceinline__ void produced_k_tiles(u8* smem, const u32 smem_base, 
             mbarrier_arrive(full + 8 * (i % kStages));
         }
     } else {
+        // Stage and full-barrier parity of tile i, and the stage of tile i - 2.
+        StageRing ring;
+        StageRing released;
+        released.stage = kStages - 2;
 #pragma unroll 1
         for (int i = 0; i < count; ++i) {
-            const int stage = i % kStages;
             if (i > 1) {
-                mbarrier_arrive(empty + 8 * ((i - 2) % kStages));
+                mbarrier_arrive(empty + 8 * released.stage);
             }
-            mbarrier_wait(full + 8 * stage, (u32)((i / kStages) & 1));
+            mbarrier_wait(full + 8 * ring.stage, ring.parity);
             // The copies (generic proxy) become visible to wgmma (async proxy).
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            compute(stage, smem_base + stage * kStageBytes, first + i);
+            compute(ring.stage, smem_base + ring.stage * kStageBytes, first + i);
+            ring.advance();
+            released.advance();
         }
         wgmma_wait<0>();
     }
@@ -1120,14 +1238,17 @@ __device__ __forceinline__ void staged_k_tiles(
         produced_k_tiles(smem, smem_base, first, count, a, src, m, m0, compute);
         return;
     }
-    const int tid = (int)threadIdx.x;
+    const StageLoader<kThreads, kPaired> loader(a, src, m, m0, (int)threadIdx.x);
 #pragma unroll
     for (int s = 0; s < kCopiesAhead; ++s) {
         if (s < count) {
-            load_stage<kThreads>(smem_base + s * kStageBytes, smem + s * kStageBytes, first + s, a, src, m, m0, tid);
+            loader.load(smem_base + s * kStageBytes, smem + s * kStageBytes, first + s);
         }
         cp_async_commit();
     }
+    StageRing ring;      // the stage of tile i
+    StageRing refilled;  // the stage of tile i + kCopiesAhead
+    refilled.stage = kCopiesAhead % kStages;
 #pragma unroll 1
     for (int i = 0; i < count; ++i) {
         cp_async_wait<kCopiesAhead - 1>();
@@ -1138,13 +1259,12 @@ __device__ __forceinline__ void staged_k_tiles(
         __syncthreads();
         const int next = i + kCopiesAhead;
         if (next < count) {
-            const int stage = next % kStages;
-            load_stage<kThreads>(
-                smem_base + stage * kStageBytes, smem + stage * kStageBytes, first + next, a, src, m, m0, tid);
+            loader.load(smem_base + refilled.stage * kStageBytes, smem + refilled.stage * kStageBytes, first + next);
         }
         cp_async_commit();
-        const int stage = i % kStages;
-        compute(stage, smem_base + stage * kStageBytes, first + i);
+        compute(ring.stage, smem_base + ring.stage * kStageBytes, first + i);
+        ring.advance();
+        refilled.advance();
     }
     cp_async_wait<0>();
     if (kWgmma) {
@@ -1505,10 +1625,10 @@ extern "C" __global__ void __launch_bounds__(NBITS_DEQ_THREADS) nbits_dequantize
         const u32 w0 = words[u][0];
         const u32 w1 = kBits == 4 ? w0 >> 4 : words[u][kUnitWords - 1];
         uint4 out;
-        out.x = dequant_pair<0>(w0, w1, c);
-        out.y = dequant_pair<1>(w0, w1, c);
-        out.z = dequant_pair<2>(w0, w1, c);
-        out.w = dequant_pair<3>(w0, w1, c);
+        out.x = dequant_pair<0>(w0, w1, c, kPairInt4Step);
+        out.y = dequant_pair<1>(w0, w1, c, kPairInt4Step);
+        out.z = dequant_pair<2>(w0, w1, c, kPairInt4Step);
+        out.w = dequant_pair<3>(w0, w1, c, kPairInt4Step);
         act_t* dst = w + (long)local * kK + k0;
         if (kK % 8 == 0) {
             *reinterpret_cast<uint4*>(dst) = out;
