@@ -114,11 +114,10 @@ constexpr std::size_t kWgmmaMaxM = 256;
 // Llama-3-8B qkv and down within 1%. 2 producer warps (an earlier call): 36.34, 117.81, 53.74 at M = 64.
 constexpr int kWgmmaProducerWarps = 4;
 // Weights (K x N) from which the split wgmma GEMM beats dequantise + cuBLASLt
-// on the H200 (see measured_split_k), and from which its 64-token tiles beat
-// the mma.sync GEMM (just below the smallest node measured to gain, Qwen2.5-7B
-// o: 12.8 M).
-constexpr std::size_t kSplitWgmmaMinWeights = 20000000;
-constexpr std::size_t kSplitWgmmaSmallTileMinWeights = 12000000;
+// (128-token tiles) and the mma.sync GEMM (64-token tiles) on the H200 (see
+// measured_split_k): just below the smallest node measured to gain, Qwen2.5-7B
+// o (12.8 M); Phi-3.5-mini o (9.4 M) lost.
+constexpr std::size_t kSplitWgmmaMinWeights = 12000000;
 
 // The presets that measured fastest on an H200 by M (the harness of
 // matmul_prefill.cu), before the constraints of the node and the device.
@@ -238,16 +237,18 @@ std::size_t prefill_output_tiles(const FastestRequest& fastest, const PrefillTil
 //   rows). qkv M = 128 (48 tiles) 31.4 us split 4 against 38.4 dequantised,
 //   down (32) 80.0 against 101.7, up (112) 48.4 split 2 against 59.0. With
 //   two row tiles the split lost or tied (down M = 256: 4 gave 129.9 against
-//   115.5 dequantised; up 92.4 against 85.1),
-//   and below about 20 M weights the dequantise + cuBLASLt route it competes
-//   with at M = 65..128 stays ahead (Llama-3-8B o, 16.8 M: 30.8 split 4
-//   against 29.2; Qwen2.5-7B qkv, 16.5 M: 27.7 against 25.5; Llama-3-8B qkv,
-//   25.2 M, won). On the 64-token tiles (M = 33..64, with producer warps),
-//   whose competitor is the mma.sync GEMM, the split pays from 12 M weights
-//   (same call, M = 33 / 48 / 64, us): Qwen2.5-7B qkv 28.64 / 28.62 /
-//   28.80 -> 20.35 / 20.67 / 21.23 split 4, Qwen2.5-7B o (12.8 M) 22.02 /
-//   22.02 / 22.19 -> 14.30 / 14.46 / 15.30, Llama-3-8B o 24.11 / 24.86 / 25.23
-//   -> 22.27 / 22.61 / 23.22.
+//   115.5 dequantised; up 92.4 against 85.1). Below 12 M weights the
+//   competing route stays ahead. At M = 65..128 (128-token tiles, against
+//   dequantise + cuBLASLt; one call on the kernels of 1d5f8f2, M = 80 / 128,
+//   us): Qwen2.5-7B o (12.8 M) 23.2 / 22.0 -> 16.3 / 17.3 split 4, Qwen2.5-7B
+//   qkv (16.5 M) 25.8 / 26.6 -> 24.2 / 25.9, Llama-3-8B o (16.8 M) 29.0 /
+//   29.1 -> 25.9 / 27.3; Phi-3.5-mini o (9.4 M) 19.9 / 19.1 dequantised
+//   against 22.4 / 23.3 (its split grid short of the SMs, the mma.sync GEMM).
+//   On the 64-token tiles (M = 33..64, with producer warps), against the
+//   mma.sync GEMM (same call, M = 33 / 48 / 64, us, before 1d5f8f2):
+//   Qwen2.5-7B qkv 28.64 / 28.62 / 28.80 -> 20.35 / 20.67 / 21.23 split 4,
+//   Qwen2.5-7B o 22.02 / 22.02 / 22.19 -> 14.30 / 14.46 / 15.30, Llama-3-8B o
+//   24.11 / 24.86 / 25.23 -> 22.27 / 22.61 / 23.22.
 std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& tiles)
 {
     const Capabilities& device = fastest.request.context.capabilities;
@@ -258,9 +259,8 @@ std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& 
     const std::size_t output_tiles = prefill_output_tiles(fastest, tiles);
     if (tiles.wgmma) {
         const MatMulNBitsConfig& config = fastest.request.config;
-        const std::size_t min_weights =
-            tiles.small_wgmma_tiles() ? kSplitWgmmaSmallTileMinWeights : kSplitWgmmaMinWeights;
-        if (div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m)) != 1 || config.k * config.n < min_weights) {
+        if (div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m)) != 1 ||
+            config.k * config.n < kSplitWgmmaMinWeights) {
             return 1;
         }
         for (const std::size_t split : {std::size_t{4}, std::size_t{2}}) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <set>
+#include <tuple>
 
 using namespace nbits;
 using namespace nbits::ops;
@@ -104,13 +105,18 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
           "nbits_prefill_fused");
     CHECK(fastest(test::marked(node(3584, 2048), kGateUpSwigluAttr), rows(128), a100).plan().variant ==
           "nbits_prefill_dequantize_cublaslt");
-    // On the H200 the wgmma GEMM split over clusters would fill the SMs, but below 20 M weights (Qwen2.5-7B
-    // qkv: 16.5 M) the dequantise + cuBLASLt route measured faster; Llama-3-8B qkv (25.2 M) splits over 4.
-    CHECK(fastest(node(3584, 4608), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
-    CHECK(fastest(node(4096, 4096), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
-    const LaunchPlan h200 = fastest(node(4096, 6144), rows(128)).plan();
-    CHECK(h200.variant == "nbits_prefill_wgmma");
-    CHECK(test::kernel_step(h200, 0).config.grid == Dim3{48, 1, 4});
+    // On the H200 the wgmma GEMM splits over clusters of 4 to fill the SMs from 12 M weights (Qwen2.5-7B o,
+    // 12.8 M; qkv 16.5 M; Llama-3-8B o 16.8 M, qkv 25.2 M); below (Phi-3.5-mini o, 9.4 M) the dequantise +
+    // cuBLASLt route measured faster.
+    for (const auto& [k, n, tiles] : {std::tuple{3584, 3584, 28}, std::tuple{3584, 4608, 36},
+                                      std::tuple{4096, 4096, 32}, std::tuple{4096, 6144, 48}}) {
+        CAPTURE(n);
+        const LaunchPlan h200 = fastest(node(k, n), rows(128)).plan();
+        CHECK(h200.variant == "nbits_prefill_wgmma");
+        CHECK(test::kernel_step(h200, 0).config.grid == Dim3{static_cast<std::uint32_t>(tiles), 1, 4});
+    }
+    CHECK(fastest(node(3072, 3072), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(fastest(node(3072, 3072), rows(80)).plan().variant == "nbits_prefill_dequantize_cublaslt");
 }
 
 TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 32 < M <= 256 when its grid fills three quarters of the SMs")
