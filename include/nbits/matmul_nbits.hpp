@@ -59,7 +59,7 @@ struct MatMulNBitsConfig {
 // NBITS_DOWN_COLS (8|4|2) and NBITS_ACC4_WARPS (1|2|4|8) for the original's
 // decode GEMVs (ONNX_GENAI_DOWN_COLS and ONNX_GENAI_ACC4_WARPS are accepted
 // as aliases), NBITS_PREFILL_SPLIT_K (1..8), NBITS_PREFILL_WGMMA_TILE_N
-// (128|256), NBITS_PREFILL_WGMMA_MIN_M (17..65) and
+// (128|256), NBITS_PREFILL_WGMMA_MIN_M (17..65), NBITS_PREFILL_WGMMA_TILE_M (128|256) and
 // NBITS_PREFILL_PRODUCER_WARPS (0|1|2|4) for Fastest's fused prefill GEMM, NBITS_PREFILL_CHUNK_COLUMNS (64..1048576) for its dequantise +
 // cuBLASLt route, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4),
 // NBITS_DECODE_TILES (1|2), NBITS_DECODE_STAGE_ACTS (0|1),
@@ -72,6 +72,7 @@ inline constexpr const char* kAccuracy4WarpsAliasEnv = "ONNX_GENAI_ACC4_WARPS";
 inline constexpr const char* kPrefillSplitKEnv = "NBITS_PREFILL_SPLIT_K";
 inline constexpr const char* kPrefillWgmmaTileNEnv = "NBITS_PREFILL_WGMMA_TILE_N";
 inline constexpr const char* kPrefillWgmmaMinMEnv = "NBITS_PREFILL_WGMMA_MIN_M";
+inline constexpr const char* kPrefillWgmmaTileMEnv = "NBITS_PREFILL_WGMMA_TILE_M";
 inline constexpr const char* kPrefillProducerWarpsEnv = "NBITS_PREFILL_PRODUCER_WARPS";
 inline constexpr const char* kPrefillChunkColumnsEnv = "NBITS_PREFILL_CHUNK_COLUMNS";
 inline constexpr const char* kDecodeProgrammaticEnv = "NBITS_DECODE_PDL";
@@ -98,6 +99,11 @@ struct PlanOverrides {
     // runs tiles of 64 tokens (wgmma m64n64k16), 65 keeps it above that.
     // Unset: 33, from where it measured faster than the mma.sync GEMM.
     std::optional<int> prefill_wgmma_min_m;
+    // Tokens per CTA of the sm_90 wgmma GEMM above M = 64: 128 (m64n128k16,
+    // two CTAs an SM) or 256 (two m64n128k16 a k step, one CTA an SM); either
+    // lets the wgmma GEMM take any M from 65 on where its grid fills the SMs,
+    // instead of dequantise + cuBLASLt. Unset: the plan's rule.
+    std::optional<int> prefill_wgmma_tile_m;
     // Producer warps of the sm_90 wgmma GEMM (0, 1, 2 or 4): the warps that
     // issue every k tile's copies into the stages, handing them to the
     // computing warpgroups through mbarriers, so that those never wait on a
@@ -148,7 +154,7 @@ struct PlanOverrides {
     // out). DOWN_COLS must be exactly "8", "4" or "2"; the others are unsigned
     // decimals with an optional '+' ("+4" and "04" count): ACC4_WARPS 1, 2, 4
     // or 8, PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256,
-    // PREFILL_WGMMA_MIN_M 17 to 65, DECODE_PDL 0 or 1, DECODE_STAGES 2 to 4,
+    // PREFILL_WGMMA_MIN_M 17 to 65, PREFILL_WGMMA_TILE_M 128 or 256, DECODE_PDL 0 or 1, DECODE_STAGES 2 to 4,
     // DECODE_TILES 1 or 2, DECODE_STAGE_ACTS 0 or 1, DECODE_COL_WARPS 1, 2 or
     // 4, PREFILL_CHUNK_COLUMNS 64 to 1048576, DECODE_CLUSTER_K 1, 2 or 4,
     // DECODE_CHUNKS 1 or 2.

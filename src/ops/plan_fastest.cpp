@@ -5,15 +5,16 @@
 //                   (tensor cores for fp16/bf16, CUDA cores for fp32)
 //   16 < M <= 128   matmul_prefill.cu: fused dequantising tensor-core GEMM (past M = 64
 //                   only when its grid fills half the SMs)
-//   32 < M <= 256   on sm_90: the same GEMM on warpgroup MMA (wgmma, compute_90a; tiles of
+//   32 < M <= 512   on sm_90: the same GEMM on warpgroup MMA (wgmma, compute_90a; tiles of
 //                   64 tokens up to M = 64, of 128 above) when its grid fills three quarters
-//                   of the SMs
+//                   of the SMs (past M = 256: every CTA slot)
 //   otherwise       matmul_prefill.cu: dequantise chunks of columns into scratch, then cuBLASLt
 // On sm_90 the fused GEMMs split K over thread block clusters where the H200
 // measured it faster (measured_split_k); NBITS_PREFILL_SPLIT_K overrides the
 // split, NBITS_PREFILL_WGMMA_MIN_M the smallest M of the wgmma GEMM, and
 // NBITS_PREFILL_WGMMA_TILE_N=256 (256 weight rows a CTA, measured slower, so
-// not a default) its width.
+// not a default) its width, NBITS_PREFILL_WGMMA_TILE_M (128 or 256 tokens a
+// tile, any M past 64) its height.
 // The RMS-norm prologue is fused into the decode kernel; at prefill it
 // normalises chunks of rows into scratch first. Scratch never exceeds
 // kWorkspaceBudget, whatever the shape.
@@ -106,8 +107,15 @@ constexpr PrefillTiles kWgmmaTiles{128, 128, 64, 8, 1, 1, 5, 2, true};
 // CTA an SM; each activation stage (read from L2 once per column tile) feeds
 // twice the rows.
 constexpr PrefillTiles kWgmmaWideTiles{256, 128, 64, 16, 1, 1, 4, 1, true};
+// 256 tokens of 128 weight rows: two m64n128k16 a warpgroup and k16 step, so
+// each dequantised A fragment feeds twice the tokens; 128 accumulators a
+// thread (190 registers) leave one CTA an SM.
+constexpr PrefillTiles kWgmmaTallTiles{128, 256, 64, 8, 1, 1, 5, 1, true};
 constexpr std::size_t kWgmmaMinM = 33;
 constexpr std::size_t kWgmmaMaxM = 256;
+// Past kWgmmaMaxM the wgmma GEMM (128-token tiles) still beats dequantise + cuBLASLt up to this M where its grid
+// covers every CTA slot (see wgmma_prefill).
+constexpr std::size_t kWgmmaFullGridMaxM = 512;
 // Producer warps of the 64-token wgmma tiles (NBITS_PRODUCER_WARPS): the H200, fp16 int4 block 32, against every
 // warp copying and computing (same call): Llama-3-8B up M = 40 36.59 -> 35.23 us, M = 64 37.36 -> 36.29,
 // Llama-3-70B up M = 40 122.51 -> 114.02, M = 64 123.46 -> 115.12; Qwen2.5-7B up (53.18 -> 53.36 at M = 64),
@@ -289,6 +297,13 @@ std::size_t split_k_for(const FastestRequest& fastest, const PrefillTiles& tiles
                     div_ceil(fastest.request.config.k, static_cast<std::size_t>(tiles.tile_k)));
 }
 
+// NBITS_PREFILL_WGMMA_TILE_M where it is 128 or 256 (a plan built from raw overrides may hold anything).
+std::optional<int> wgmma_tile_m_override(const FastestRequest& fastest)
+{
+    const std::optional<int> tokens = fastest.request.context.overrides.prefill_wgmma_tile_m;
+    return tokens == 128 || tokens == 256 ? tokens : std::nullopt;
+}
+
 // The wgmma GEMM's tiles: 64 tokens (wgmma m64n64k16) of 128 weight rows for M <= 64; above, 128 tokens of
 // 128 rows, or of 256 where NBITS_PREFILL_WGMMA_TILE_N asks for them.
 PrefillTiles wgmma_tiles(const FastestRequest& fastest)
@@ -298,6 +313,8 @@ PrefillTiles wgmma_tiles(const FastestRequest& fastest)
         tiles.tile_m = static_cast<int>(kWgmmaSmallTileM);
     } else if (fastest.request.context.overrides.prefill_wgmma_tile_n == 256) {
         tiles = kWgmmaWideTiles;
+    } else if (wgmma_tile_m_override(fastest) == 256) {
+        tiles = kWgmmaTallTiles;
     }
     // A warpgroup of producer warps on the 64-token tiles, none on the 128-token ones, whose 64 accumulators a
     // thread need more registers than two CTAs an SM leave beside producer warps (one CTA an SM ran slower).
@@ -532,19 +549,24 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
 }
 
 // sm_90 (wgmma is arch-specific: compute 9.0 exactly) for 32 < M <= 256 when
-// the grid fills three quarters of the SMs. On the H200 (nbits-bench, fp16
-// int4 block 32): Llama-3-8B up M = 128 58.5 us against 84.6 fused on
-// mma.sync, M = 256 85.2 against 111.0 dequantised; Llama-3-70B up M = 128
-// 161.9 against 263.9; past M = 256 the dequantise + cuBLASLt route is faster
-// (8B up M = 512: 139 against about 163 in the lab), and a grid short of the
-// SMs (8B qkv, N = 6144 at M = 128: 48 CTAs, 54 us in the lab against 25
-// dequantised) leaves too many idle. At 32 < M <= 64 its 64-token tiles beat
-// the mma.sync GEMM's (one run, M = 40 / 64, fused against wgmma): 8B up
-// 42.5 / 43.1 against 38.0 / 38.7 us, 70B up 155.0 / 158.5 against 131.8 /
-// 132.1, 8B qkv 24.7 / 25.6 against 22.9 / 24.2, 8B down 67.4 / 69.5 against
-// 59.2 / 60.8, Qwen2.5-7B up 63.1 / 64.5 against 56.3 / 56.5; at M = 32 the
-// mma.sync GEMM's 32-token tiles win (8B up 30.3 against 37.8, down 32.3
-// against 59.1).
+// the grid fills three quarters of the SMs, and for 256 < M <= 512 when it
+// covers every CTA slot (two an SM). On the H200 (nbits-bench, fp16 int4
+// block 32): Llama-3-8B up M = 128 58.5 us against 84.6 fused on mma.sync,
+// M = 256 85.2 against 111.0 dequantised; Llama-3-70B up M = 128 161.9
+// against 263.9. At M = 512 (one call on the kernels of 1d5f8f2, wgmma
+// against the dequantise route, us): Llama-3-70B up 446.4 against 521.6,
+// Qwen2.5-7B up 140.3 against 163.5, the paired Llama-3-8B gate/up 240.7
+// against 321.9, Llama-3-8B up 133.1 against 135.2, while Qwen2.5-7B qkv (144
+// CTAs) took 56.9 against 40.1; at M = 1024 and 2048 dequantise + cuBLASLt
+// wins (8B up 207.6 against 253.8 with 256-token tiles, 350.5 against 439.0),
+// and a grid short of the SMs (8B qkv, N = 6144 at M = 128: 48 CTAs, 54 us in
+// the lab against 25 dequantised) leaves too many idle. At 32 < M <= 64 its
+// 64-token tiles beat the mma.sync GEMM's (one run, M = 40 / 64, fused
+// against wgmma): 8B up 42.5 / 43.1 against 38.0 / 38.7 us, 70B up 155.0 /
+// 158.5 against 131.8 / 132.1, 8B qkv 24.7 / 25.6 against 22.9 / 24.2, 8B
+// down 67.4 / 69.5 against 59.2 / 60.8, Qwen2.5-7B up 63.1 / 64.5 against
+// 56.3 / 56.5; at M = 32 the mma.sync GEMM's 32-token tiles win (8B up 30.3
+// against 37.8, down 32.3 against 59.1).
 bool wgmma_prefill(const FastestRequest& fastest)
 {
     const Capabilities& device = fastest.request.context.capabilities;
@@ -552,10 +574,18 @@ bool wgmma_prefill(const FastestRequest& fastest)
     const std::optional<int> lowered = fastest.request.context.overrides.prefill_wgmma_min_m;
     const std::size_t min_m =
         lowered && *lowered >= 17 && *lowered <= 65 ? static_cast<std::size_t>(*lowered) : kWgmmaMinM;
-    if (device.compute_major != 9 || device.compute_minor != 0 || fastest.m < min_m || fastest.m > kWgmmaMaxM) {
+    // NBITS_PREFILL_WGMMA_TILE_M lifts the upper bound.
+    const bool unbounded = wgmma_tile_m_override(fastest).has_value();
+    const std::size_t max_m = unbounded ? std::numeric_limits<std::size_t>::max() : kWgmmaFullGridMaxM;
+    if (device.compute_major != 9 || device.compute_minor != 0 || fastest.m < min_m || fastest.m > max_m) {
         return false;
     }
-    return 4 * prefill_ctas(fastest, wgmma_tiles(fastest)) >= 3 * device.multiprocessor_count;
+    const PrefillTiles tiles = wgmma_tiles(fastest);
+    const std::size_t ctas = prefill_ctas(fastest, tiles);
+    if (fastest.m > kWgmmaMaxM && !unbounded) {
+        return ctas >= static_cast<std::size_t>(tiles.min_ctas) * device.multiprocessor_count;
+    }
+    return 4 * ctas >= 3 * device.multiprocessor_count;
 }
 
 bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)

@@ -208,6 +208,22 @@ TEST_CASE("NBITS_PREFILL_WGMMA_TILE_N counts only as 128 or 256")
     CHECK_FALSE(PlanOverrides::from_environment().prefill_wgmma_tile_n.has_value());
 }
 
+TEST_CASE("NBITS_PREFILL_WGMMA_TILE_M counts only as 128 or 256")
+{
+    for (const auto& [text, tokens] : {std::pair{"128", 128}, std::pair{"256", 256}, std::pair{"+256", 256}}) {
+        CAPTURE(text);
+        CHECK(PlanOverrides::parse({{kPrefillWgmmaTileMEnv, text}}).prefill_wgmma_tile_m == tokens);
+    }
+    for (const char* ignored : {"64", "512", "0", "-256", " 256", "", "tall"}) {
+        CAPTURE(ignored);
+        CHECK_FALSE(PlanOverrides::parse({{kPrefillWgmmaTileMEnv, ignored}}).prefill_wgmma_tile_m.has_value());
+    }
+    ::setenv(kPrefillWgmmaTileMEnv, "256", 1);
+    CHECK(PlanOverrides::from_environment().prefill_wgmma_tile_m == 256);
+    ::unsetenv(kPrefillWgmmaTileMEnv);
+    CHECK_FALSE(PlanOverrides::from_environment().prefill_wgmma_tile_m.has_value());
+}
+
 TEST_CASE("NBITS_PREFILL_PRODUCER_WARPS counts only as 0, 1, 2 or 4")
 {
     for (const auto& [text, warps] :

@@ -119,7 +119,8 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
     CHECK(fastest(node(3072, 3072), rows(80)).plan().variant == "nbits_prefill_dequantize_cublaslt");
 }
 
-TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 32 < M <= 256 when its grid fills three quarters of the SMs")
+TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 32 < M <= 256 when its grid fills three quarters of the SMs, "
+          "up to M = 512 when it covers every CTA slot")
 {
     for (const std::size_t m : {65, 128, 200, 256}) {
         CAPTURE(m);
@@ -152,7 +153,16 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 32 < M <= 256 when its g
     CHECK(fastest(node(4096, 14336), rows(32)).plan().variant == "nbits_prefill_fused");
     CHECK(fastest(node(4096, 14336), rows(33)).plan().variant == "nbits_prefill_wgmma");
     CHECK(fastest(node(4096, 14336), rows(64)).plan().variant == "nbits_prefill_wgmma");
-    CHECK(fastest(node(4096, 14336), rows(257)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    // Past M = 256 while the grid covers the 264 CTA slots (two an SM), up to M = 512: Llama-3-8B up at M = 512
+    // has 448 CTAs, Qwen2.5-7B qkv (36 column tiles) 144; the paired Llama-3-8B gate/up 896.
+    CHECK(test::kernel_step(fastest(node(4096, 14336), rows(257)).plan(), 0).config.grid == Dim3{112, 3, 1});
+    CHECK(test::kernel_step(fastest(node(4096, 14336), rows(512)).plan(), 0).config.grid == Dim3{112, 4, 1});
+    CHECK(fastest(node(4096, 14336), rows(513)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(fastest(node(3584, 4608), rows(512)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(fastest(node(3584, 4608), rows(256)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    const LaunchPlan paired_512 = fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(512)).plan();
+    CHECK(paired_512.variant == "nbits_prefill_wgmma");
+    CHECK(test::kernel_step(paired_512, 0).config.grid == Dim3{224, 4, 1});
     // 48 column tiles (Llama-3-8B qkv): at M = 128 split over clusters of 4 (192 CTAs); at M = 256 (two row
     // tiles, not split) 96 CTAs leave too many of the 132 SMs idle.
     CHECK(test::kernel_step(fastest(node(4096, 6144), rows(128)).plan(), 0).config.grid == Dim3{48, 1, 4});
@@ -387,6 +397,43 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_N=256: four wa
     CHECK(defines(narrow, "NBITS_TILE_M=64"));
     CHECK(test::kernel_step(wide(fastest(node(4096, 14336), rows(32))).plan(), 0).config.block == Dim3{256, 1, 1});
     CHECK(wide(fastest(node(8192, 28672), rows(128), Capabilities::a100())).plan().variant != "nbits_prefill_wgmma");
+}
+
+TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_M: 128 or 256 tokens a wgmma tile, at any M past 64")
+{
+    auto tall = [](test::Problem p, int tokens) {
+        p.context.overrides.prefill_wgmma_tile_m = tokens;
+        return p;
+    };
+    // Llama-3-8B up at M = 512: 112 column tiles x 2 token tiles of 256, one CTA of two warpgroups an SM.
+    const LaunchPlan up = tall(fastest(node(4096, 14336), rows(512)), 256).plan();
+    CHECK(up.variant == "nbits_prefill_wgmma");
+    CHECK(up.scratch_bytes.empty());
+    const KernelStep& step = test::kernel_step(up, 0);
+    CHECK(defines(step, "NBITS_TILE_M=256"));
+    CHECK(defines(step, "NBITS_TILE_N=128"));
+    CHECK(defines(step, "NBITS_MIN_CTAS=1"));
+    CHECK(defines(step, "NBITS_STAGES=5"));
+    CHECK(step.config.grid == Dim3{112, 2, 1});
+    CHECK(step.config.block == Dim3{256, 1, 1});
+    // Five stages of 37888 bytes (4096 of weights, 32768 of activations, 1024 of scales) and 1024 to align.
+    CHECK(step.config.dynamic_shared_bytes == 190464);
+    // 128 keeps two CTAs an SM, also past M = 256.
+    const KernelStep wide = test::kernel_step(tall(fastest(node(4096, 14336), rows(2048)), 128).plan(), 0);
+    CHECK(defines(wide, "NBITS_TILE_M=128"));
+    CHECK(wide.config.grid == Dim3{112, 16, 1});
+    // Unset or another value: M = 2048 takes dequantise + cuBLASLt, M <= 64 the 64-token tiles, other devices
+    // no wgmma.
+    CHECK(fastest(node(4096, 14336), rows(2048)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(tall(fastest(node(4096, 14336), rows(2048)), 512).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(defines(test::kernel_step(tall(fastest(node(4096, 14336), rows(64)), 256).plan(), 0), "NBITS_TILE_M=64"));
+    CHECK(tall(fastest(node(4096, 14336), rows(512), Capabilities::a100()), 256).plan().variant !=
+          "nbits_prefill_wgmma");
+    // The paired node: 64 gate and 64 up rows of 256 tokens.
+    const LaunchPlan paired =
+        tall(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(1024)), 256).plan();
+    CHECK(paired.variant == "nbits_prefill_wgmma");
+    CHECK(test::kernel_step(paired, 0).config.grid == Dim3{224, 4, 1});
 }
 
 TEST_CASE("Fastest prefill on sm_90: producer warps on the 64-token wgmma tiles, NBITS_PREFILL_PRODUCER_WARPS elsewhere")

@@ -302,10 +302,13 @@ ops::PlanOverrides overrides_of(Choices& c)
         const std::optional<std::string> split = c.pick(texts);
         const std::optional<std::string> rows = c.pick(std::vector<std::optional<std::string>>{
             std::nullopt, "128", "256", "+256", "0256", "512", "64", "", "-256"});
+        const std::optional<std::string> tokens = c.pick(std::vector<std::optional<std::string>>{
+            std::nullopt, "128", "256", "+256", "512", "64", "", "-128"});
         std::map<std::string, std::string> variables;
         for (const auto& [name, text] :
              {std::pair{ops::kDownColumnsEnv, columns}, std::pair{ops::kAccuracy4WarpsEnv, warps},
-              std::pair{ops::kPrefillSplitKEnv, split}, std::pair{ops::kPrefillWgmmaTileNEnv, rows}}) {
+              std::pair{ops::kPrefillSplitKEnv, split}, std::pair{ops::kPrefillWgmmaTileNEnv, rows},
+              std::pair{ops::kPrefillWgmmaTileMEnv, tokens}}) {
             if (text) {
                 variables[name] = *text;
             }
@@ -320,6 +323,7 @@ ops::PlanOverrides overrides_of(Choices& c)
         raw.prefill_split_k = c.pick(values);
         raw.prefill_wgmma_tile_n = c.pick(std::vector<int>{0, 128, 256, 512, -1});
         raw.prefill_wgmma_min_m = c.pick(std::vector<int>{0, 1, 16, 17, 33, 64, 65, 1 << 30, -1});
+        raw.prefill_wgmma_tile_m = c.pick(std::vector<int>{0, 64, 128, 256, 512, -1});
         raw.prefill_producer_warps = c.pick(std::vector<int>{0, 1, 2, 3, 4, 8, -1});
         return raw;
     }

@@ -551,6 +551,23 @@ TEST_CASE("the sm_90 wgmma GEMM with 256 weight rows a CTA (NBITS_PREFILL_WGMMA_
     check_wgmma_nodes(twice_the_columns(wide_prefill_cases()), 0x256a0000ull);
 }
 
+TEST_CASE("the sm_90 wgmma GEMM with 256 tokens a tile (NBITS_PREFILL_WGMMA_TILE_M) meets the float64 oracle past "
+          "M = 256")
+{
+    if (matmul_gpu().capabilities().sm() != 90) {
+        MESSAGE("the wgmma GEMM runs on sm_90 only");
+        return;
+    }
+    const ScopedEnv tokens(ops::kPrefillWgmmaTileMEnv, std::string("256"));
+    // Two token tiles, the second holding 1 to 128 rows, so the grid fills three quarters of the SMs.
+    std::vector<FastestCase> nodes = wide_prefill_cases();
+    const std::size_t rows[] = {257, 300, 384, 264};
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+        nodes[i].m = rows[i % 4];
+    }
+    check_wgmma_nodes(nodes, 0x256b0000ull);
+}
+
 TEST_CASE("the sm_90 wgmma GEMM over 64-token tiles (NBITS_PREFILL_WGMMA_MIN_M) meets the float64 oracle below M = 65")
 {
     if (matmul_gpu().capabilities().sm() != 90) {

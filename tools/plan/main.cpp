@@ -86,6 +86,7 @@ struct PlanOptions {
     std::optional<std::string> prefill_split_k;
     std::optional<std::string> prefill_wgmma_tile_n;
     std::optional<std::string> prefill_wgmma_min_m;
+    std::optional<std::string> prefill_wgmma_tile_m;
     std::optional<std::string> prefill_producer_warps;
     std::optional<std::string> decode_programmatic;
     std::optional<std::string> decode_stages;
@@ -113,6 +114,7 @@ constexpr OverrideFlag kOverrideFlags[] = {
     {"prefill-split-k", "1..8", kPrefillSplitKEnv, &PlanOptions::prefill_split_k},
     {"prefill-wgmma-tile-n", "128|256", kPrefillWgmmaTileNEnv, &PlanOptions::prefill_wgmma_tile_n},
     {"prefill-wgmma-min-m", "17..65", kPrefillWgmmaMinMEnv, &PlanOptions::prefill_wgmma_min_m},
+    {"prefill-wgmma-tile-m", "128|256", kPrefillWgmmaTileMEnv, &PlanOptions::prefill_wgmma_tile_m},
     {"prefill-producer-warps", "0|1|2|4", kPrefillProducerWarpsEnv, &PlanOptions::prefill_producer_warps},
     {"decode-pdl", "0|1", kDecodeProgrammaticEnv, &PlanOptions::decode_programmatic},
     {"decode-stages", "2..4", kDecodeStagesEnv, &PlanOptions::decode_stages},
@@ -248,6 +250,7 @@ std::string plan_text(const PlanOptions& o)
     const PlanOverrides forced = PlanOverrides::parse(flags);
     for (auto field : {&PlanOverrides::down_columns, &PlanOverrides::accuracy4_warps, &PlanOverrides::prefill_split_k,
                        &PlanOverrides::prefill_wgmma_tile_n, &PlanOverrides::prefill_wgmma_min_m,
+                       &PlanOverrides::prefill_wgmma_tile_m,
                        &PlanOverrides::prefill_producer_warps,
                        &PlanOverrides::decode_programmatic, &PlanOverrides::decode_stages,
                        &PlanOverrides::decode_tiles, &PlanOverrides::decode_stage_acts,
