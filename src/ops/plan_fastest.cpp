@@ -7,7 +7,7 @@
 //                   only when its grid fills half the SMs)
 //   32 < M <= 512   on sm_90: the same GEMM on warpgroup MMA (wgmma, compute_90a; tiles of
 //                   64 tokens up to M = 64, of 128 above) when its grid fills three quarters
-//                   of the SMs (past M = 256: every CTA slot)
+//                   of the SMs (past M = 256: every CTA slot; the paired node up to 1024)
 //   otherwise       matmul_prefill.cu: dequantise chunks of columns into scratch, then cuBLASLt
 // On sm_90 the fused GEMMs split K over thread block clusters where the H200
 // measured it faster (measured_split_k); NBITS_PREFILL_SPLIT_K overrides the
@@ -114,8 +114,10 @@ constexpr PrefillTiles kWgmmaTallTiles{128, 256, 64, 8, 1, 1, 5, 1, true};
 constexpr std::size_t kWgmmaMinM = 33;
 constexpr std::size_t kWgmmaMaxM = 256;
 // Past kWgmmaMaxM the wgmma GEMM (128-token tiles) still beats dequantise + cuBLASLt up to this M where its grid
-// covers every CTA slot (see wgmma_prefill).
+// covers every CTA slot (see wgmma_prefill); the paired gate/up node, whose dequantised route takes two GEMMs and
+// a SwiGLU pass per chunk, up to the second.
 constexpr std::size_t kWgmmaFullGridMaxM = 512;
+constexpr std::size_t kWgmmaPairedFullGridMaxM = 1024;
 // Producer warps of the 64-token wgmma tiles (NBITS_PRODUCER_WARPS): the H200, fp16 int4 block 32, against every
 // warp copying and computing (same call): Llama-3-8B up M = 40 36.59 -> 35.23 us, M = 64 37.36 -> 36.29,
 // Llama-3-70B up M = 40 122.51 -> 114.02, M = 64 123.46 -> 115.12; Qwen2.5-7B up (53.18 -> 53.36 at M = 64),
@@ -549,16 +551,23 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
 }
 
 // sm_90 (wgmma is arch-specific: compute 9.0 exactly) for 32 < M <= 256 when
-// the grid fills three quarters of the SMs, and for 256 < M <= 512 when it
-// covers every CTA slot (two an SM). On the H200 (nbits-bench, fp16 int4
+// the grid fills three quarters of the SMs, and for 256 < M <= 512 (the
+// paired gate/up node: 1024) when it covers every CTA slot (two an SM). On the H200 (nbits-bench, fp16 int4
 // block 32): Llama-3-8B up M = 128 58.5 us against 84.6 fused on mma.sync,
 // M = 256 85.2 against 111.0 dequantised; Llama-3-70B up M = 128 161.9
 // against 263.9. At M = 512 (one call on the kernels of 1d5f8f2, wgmma
 // against the dequantise route, us): Llama-3-70B up 446.4 against 521.6,
 // Qwen2.5-7B up 140.3 against 163.5, the paired Llama-3-8B gate/up 240.7
 // against 321.9, Llama-3-8B up 133.1 against 135.2, while Qwen2.5-7B qkv (144
-// CTAs) took 56.9 against 40.1; at M = 1024 and 2048 dequantise + cuBLASLt
-// wins (8B up 207.6 against 253.8 with 256-token tiles, 350.5 against 439.0),
+// CTAs) took 56.9 against 40.1. Past M = 512 (one call on 0524999, M = 640 /
+// 768 / 1024, dequantised against wgmma, us) the unpaired nodes tip over to
+// dequantise + cuBLASLt (8B up 154.8 / 171.9 / 206.0 against 169.9 / 195.7 /
+// 228.9, 70B up 601.8 / 663.0 / 797.6 against 565.8 / 680.2 / 864.2, Qwen2.5-7B
+// up 185.7 / 194.5 / 235.7 against 163.5 / 190.2 / 240.7), while the paired
+// node keeps gaining (8B gate/up 357.9 / 412.3 / 483.1 against 304.5 / 368.5 /
+// 462.8, Qwen2.5-7B gate/up 455.4 / 524.7 / 591.7 against 333.5 / 388.2 /
+// 496.0) until M = 2048 (8B gate/up 844.1 dequantised against 905.4); there
+// dequantise + cuBLASLt wins (8B up 350.5 against 439.0),
 // and a grid short of the SMs (8B qkv, N = 6144 at M = 128: 48 CTAs, 54 us in
 // the lab against 25 dequantised) leaves too many idle. At 32 < M <= 64 its
 // 64-token tiles beat the mma.sync GEMM's (one run, M = 40 / 64, fused
@@ -576,7 +585,8 @@ bool wgmma_prefill(const FastestRequest& fastest)
         lowered && *lowered >= 17 && *lowered <= 65 ? static_cast<std::size_t>(*lowered) : kWgmmaMinM;
     // NBITS_PREFILL_WGMMA_TILE_M lifts the upper bound.
     const bool unbounded = wgmma_tile_m_override(fastest).has_value();
-    const std::size_t max_m = unbounded ? std::numeric_limits<std::size_t>::max() : kWgmmaFullGridMaxM;
+    const std::size_t full_grid_max_m = fastest.up != nullptr ? kWgmmaPairedFullGridMaxM : kWgmmaFullGridMaxM;
+    const std::size_t max_m = unbounded ? std::numeric_limits<std::size_t>::max() : full_grid_max_m;
     if (device.compute_major != 9 || device.compute_minor != 0 || fastest.m < min_m || fastest.m > max_m) {
         return false;
     }

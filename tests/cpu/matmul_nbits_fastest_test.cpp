@@ -120,7 +120,7 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
 }
 
 TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 32 < M <= 256 when its grid fills three quarters of the SMs, "
-          "up to M = 512 when it covers every CTA slot")
+          "up to M = 512 (paired: 1024) when it covers every CTA slot")
 {
     for (const std::size_t m : {65, 128, 200, 256}) {
         CAPTURE(m);
@@ -163,6 +163,12 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 32 < M <= 256 when its g
     const LaunchPlan paired_512 = fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(512)).plan();
     CHECK(paired_512.variant == "nbits_prefill_wgmma");
     CHECK(test::kernel_step(paired_512, 0).config.grid == Dim3{224, 4, 1});
+    // The paired node up to M = 1024, past it dequantised chunks.
+    const LaunchPlan paired_1024 = fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(1024)).plan();
+    CHECK(paired_1024.variant == "nbits_prefill_wgmma");
+    CHECK(test::kernel_step(paired_1024, 0).config.grid == Dim3{224, 8, 1});
+    CHECK(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(1025)).plan().variant ==
+          "nbits_prefill_dequantize_cublaslt");
     // 48 column tiles (Llama-3-8B qkv): at M = 128 split over clusters of 4 (192 CTAs); at M = 256 (two row
     // tiles, not split) 96 CTAs leave too many of the 132 SMs idle.
     CHECK(test::kernel_step(fastest(node(4096, 6144), rows(128)).plan(), 0).config.grid == Dim3{48, 1, 4});
