@@ -57,14 +57,15 @@ struct MatMulNBitsConfig {
 
 // Developer overrides of the launch geometry, read once per operator:
 // NBITS_DOWN_COLS (8|4|2) and NBITS_ACC4_WARPS (1|2|4|8) for the original's
-// decode GEMVs (ONNX_GENAI_DOWN_COLS and ONNX_GENAI_ACC4_WARPS are accepted
-// as aliases), NBITS_PREFILL_SPLIT_K (1..8), NBITS_PREFILL_WGMMA_TILE_N
-// (128|256), NBITS_PREFILL_WGMMA_MIN_M (17..65), NBITS_PREFILL_WGMMA_TILE_M (128|256) and
-// NBITS_PREFILL_PRODUCER_WARPS (0|1|2|4) for Fastest's fused prefill GEMM, NBITS_PREFILL_CHUNK_COLUMNS (64..1048576) for its dequantise +
-// cuBLASLt route, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4),
-// NBITS_DECODE_TILES (1|2), NBITS_DECODE_STAGE_ACTS (0|1),
-// NBITS_DECODE_COL_WARPS (1|2|4), NBITS_DECODE_CLUSTER_K (1|2|4) and
-// NBITS_DECODE_CHUNKS (1|2) for its decode kernels. Other values are ignored.
+// decode GEMVs (ONNX_GENAI_DOWN_COLS and ONNX_GENAI_ACC4_WARPS are accepted as
+// aliases), NBITS_PREFILL_SPLIT_K (1..8), NBITS_PREFILL_WGMMA_TILE_N (128|256),
+// NBITS_PREFILL_WGMMA_MIN_M (17..65), NBITS_PREFILL_WGMMA_TILE_M (128|256) and
+// NBITS_PREFILL_PRODUCER_WARPS (0|1|2|4) for Fastest's fused prefill GEMM,
+// NBITS_PREFILL_CHUNK_COLUMNS (64..1048576) for its dequantise + cuBLASLt
+// route, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4), NBITS_DECODE_TILES
+// (1|2), NBITS_DECODE_STAGE_ACTS (0|1), NBITS_DECODE_COL_WARPS (1|2|4),
+// NBITS_DECODE_CLUSTER_K (1|2|4) and NBITS_DECODE_CHUNKS (1|2) for its decode
+// kernels. Other values are ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
 inline constexpr const char* kDownColumnsAliasEnv = "ONNX_GENAI_DOWN_COLS";
@@ -101,8 +102,9 @@ struct PlanOverrides {
     std::optional<int> prefill_wgmma_min_m;
     // Tokens per CTA of the sm_90 wgmma GEMM above M = 64: 128 (m64n128k16,
     // two CTAs an SM) or 256 (two m64n128k16 a k step, one CTA an SM); either
-    // lets the wgmma GEMM take any M from 65 on where its grid fills the SMs,
-    // instead of dequantise + cuBLASLt. Unset: the plan's rule.
+    // lets the wgmma GEMM take any M from 65 on where its grid fills three
+    // quarters of the SMs, instead of dequantise + cuBLASLt. Unset: 128, and
+    // the plan's rule for M (see the README's routing table).
     std::optional<int> prefill_wgmma_tile_m;
     // Producer warps of the sm_90 wgmma GEMM (0, 1, 2 or 4): the warps that
     // issue every k tile's copies into the stages, handing them to the
@@ -154,10 +156,10 @@ struct PlanOverrides {
     // out). DOWN_COLS must be exactly "8", "4" or "2"; the others are unsigned
     // decimals with an optional '+' ("+4" and "04" count): ACC4_WARPS 1, 2, 4
     // or 8, PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256,
-    // PREFILL_WGMMA_MIN_M 17 to 65, PREFILL_WGMMA_TILE_M 128 or 256, DECODE_PDL 0 or 1, DECODE_STAGES 2 to 4,
-    // DECODE_TILES 1 or 2, DECODE_STAGE_ACTS 0 or 1, DECODE_COL_WARPS 1, 2 or
-    // 4, PREFILL_CHUNK_COLUMNS 64 to 1048576, DECODE_CLUSTER_K 1, 2 or 4,
-    // DECODE_CHUNKS 1 or 2.
+    // PREFILL_WGMMA_MIN_M 17 to 65, PREFILL_WGMMA_TILE_M 128 or 256, DECODE_PDL
+    // 0 or 1, DECODE_STAGES 2 to 4, DECODE_TILES 1 or 2, DECODE_STAGE_ACTS 0 or
+    // 1, DECODE_COL_WARPS 1, 2 or 4, PREFILL_CHUNK_COLUMNS 64 to 1048576,
+    // DECODE_CLUSTER_K 1, 2 or 4, DECODE_CHUNKS 1 or 2.
     static PlanOverrides parse(const std::map<std::string, std::string>& variables);
 };
 

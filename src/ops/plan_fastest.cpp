@@ -307,7 +307,8 @@ std::optional<int> wgmma_tile_m_override(const FastestRequest& fastest)
 }
 
 // The wgmma GEMM's tiles: 64 tokens (wgmma m64n64k16) of 128 weight rows for M <= 64; above, 128 tokens of
-// 128 rows, or of 256 where NBITS_PREFILL_WGMMA_TILE_N asks for them.
+// 128 rows, or of 256 where NBITS_PREFILL_WGMMA_TILE_N asks for them, or 256 tokens of 128 rows where
+// NBITS_PREFILL_WGMMA_TILE_M does.
 PrefillTiles wgmma_tiles(const FastestRequest& fastest)
 {
     PrefillTiles tiles = kWgmmaTiles;
@@ -552,8 +553,9 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
 
 // sm_90 (wgmma is arch-specific: compute 9.0 exactly) for 32 < M <= 256 when
 // the grid fills three quarters of the SMs, and for 256 < M <= 512 (the
-// paired gate/up node: 1024) when it covers every CTA slot (two an SM). On the H200 (nbits-bench, fp16 int4
-// block 32): Llama-3-8B up M = 128 58.5 us against 84.6 fused on mma.sync,
+// paired gate/up node: 1024) when it covers every CTA slot (two an SM). On
+// the H200 (nbits-bench, fp16 int4 block 32): Llama-3-8B up M = 128 58.5 us
+// against 84.6 fused on mma.sync,
 // M = 256 85.2 against 111.0 dequantised; Llama-3-70B up M = 128 161.9
 // against 263.9. At M = 512 (one call on the kernels of 1d5f8f2, wgmma
 // against the dequantise route, us): Llama-3-70B up 446.4 against 521.6,
