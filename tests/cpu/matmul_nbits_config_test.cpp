@@ -1,6 +1,9 @@
 #include "matmul_nbits_fixtures.hpp"
 
 #include <cstdlib>
+#include <initializer_list>
+#include <optional>
+#include <utility>
 
 using namespace nbits;
 using namespace nbits::ops;
@@ -17,6 +20,28 @@ std::string attribute_error(const NodeAttributes& attributes)
         return error.what();
     }
     return "(no error)";
+}
+
+// One developer override's parsing: each accepted text gives its value, each
+// ignored one (and no variable at all) leaves the field unset, and the
+// variable set in the environment reaches from_environment() until unset.
+void check_override(const char* name, std::optional<int> PlanOverrides::*field,
+                    std::initializer_list<std::pair<const char*, int>> accepted,
+                    std::initializer_list<const char*> ignored, std::pair<const char*, int> from_environment)
+{
+    for (const auto& [text, value] : accepted) {
+        CAPTURE(text);
+        CHECK(PlanOverrides::parse({{name, text}}).*field == value);
+    }
+    for (const char* text : ignored) {
+        CAPTURE(text);
+        CHECK_FALSE((PlanOverrides::parse({{name, text}}).*field).has_value());
+    }
+    CHECK_FALSE((PlanOverrides::parse({}).*field).has_value());
+    ::setenv(name, from_environment.first, 1);
+    CHECK(PlanOverrides::from_environment().*field == from_environment.second);
+    ::unsetenv(name);
+    CHECK_FALSE((PlanOverrides::from_environment().*field).has_value());
 }
 
 }  // namespace
@@ -174,91 +199,36 @@ TEST_CASE("ONNX_GENAI_ACC4_WARPS parses like a Rust u32 and counts only as 1, 2,
 
 TEST_CASE("NBITS_PREFILL_SPLIT_K parses like ACC4_WARPS and counts only from 1 to 8")
 {
-    for (const auto& [text, split] : {std::pair{"1", 1}, std::pair{"2", 2}, std::pair{"3", 3}, std::pair{"8", 8},
-                                      std::pair{"+4", 4}, std::pair{"06", 6}}) {
-        CAPTURE(text);
-        CHECK(PlanOverrides::parse({{kPrefillSplitKEnv, text}}).prefill_split_k == split);
-    }
-    for (const char* ignored : {"0", "9", "16", "-2", "2.0", " 2", "", "two", "99999999999"}) {
-        CAPTURE(ignored);
-        CHECK_FALSE(PlanOverrides::parse({{kPrefillSplitKEnv, ignored}}).prefill_split_k.has_value());
-    }
-    CHECK_FALSE(PlanOverrides::parse({}).prefill_split_k.has_value());
-    ::setenv(kPrefillSplitKEnv, "4", 1);
-    CHECK(PlanOverrides::from_environment().prefill_split_k == 4);
-    ::unsetenv(kPrefillSplitKEnv);
-    CHECK_FALSE(PlanOverrides::from_environment().prefill_split_k.has_value());
+    check_override(kPrefillSplitKEnv, &PlanOverrides::prefill_split_k,
+                   {{"1", 1}, {"2", 2}, {"3", 3}, {"8", 8}, {"+4", 4}, {"06", 6}},
+                   {"0", "9", "16", "-2", "2.0", " 2", "", "two", "99999999999"}, {"4", 4});
 }
 
 TEST_CASE("NBITS_PREFILL_WGMMA_TILE_N counts only as 128 or 256")
 {
-    for (const auto& [text, rows] : {std::pair{"128", 128}, std::pair{"256", 256}, std::pair{"+256", 256}}) {
-        CAPTURE(text);
-        CHECK(PlanOverrides::parse({{kPrefillWgmmaTileNEnv, text}}).prefill_wgmma_tile_n ==
-              rows);
-    }
-    for (const char* ignored : {"64", "512", "0", "-256", " 256", "", "wide"}) {
-        CAPTURE(ignored);
-        CHECK_FALSE(PlanOverrides::parse({{kPrefillWgmmaTileNEnv, ignored}})
-                        .prefill_wgmma_tile_n.has_value());
-    }
-    ::setenv(kPrefillWgmmaTileNEnv, "256", 1);
-    CHECK(PlanOverrides::from_environment().prefill_wgmma_tile_n == 256);
-    ::unsetenv(kPrefillWgmmaTileNEnv);
-    CHECK_FALSE(PlanOverrides::from_environment().prefill_wgmma_tile_n.has_value());
+    check_override(kPrefillWgmmaTileNEnv, &PlanOverrides::prefill_wgmma_tile_n,
+                   {{"128", 128}, {"256", 256}, {"+256", 256}},
+                   {"64", "512", "0", "-256", " 256", "", "wide"}, {"256", 256});
 }
 
 TEST_CASE("NBITS_PREFILL_WGMMA_TILE_M counts only as 128 or 256")
 {
-    for (const auto& [text, tokens] : {std::pair{"128", 128}, std::pair{"256", 256}, std::pair{"+256", 256}}) {
-        CAPTURE(text);
-        CHECK(PlanOverrides::parse({{kPrefillWgmmaTileMEnv, text}}).prefill_wgmma_tile_m == tokens);
-    }
-    for (const char* ignored : {"64", "512", "0", "-256", " 256", "", "tall"}) {
-        CAPTURE(ignored);
-        CHECK_FALSE(PlanOverrides::parse({{kPrefillWgmmaTileMEnv, ignored}}).prefill_wgmma_tile_m.has_value());
-    }
-    ::setenv(kPrefillWgmmaTileMEnv, "256", 1);
-    CHECK(PlanOverrides::from_environment().prefill_wgmma_tile_m == 256);
-    ::unsetenv(kPrefillWgmmaTileMEnv);
-    CHECK_FALSE(PlanOverrides::from_environment().prefill_wgmma_tile_m.has_value());
+    check_override(kPrefillWgmmaTileMEnv, &PlanOverrides::prefill_wgmma_tile_m,
+                   {{"128", 128}, {"256", 256}, {"+256", 256}},
+                   {"64", "512", "0", "-256", " 256", "", "tall"}, {"256", 256});
 }
 
 TEST_CASE("NBITS_PREFILL_PRODUCER_WARPS counts only as 0, 1, 2 or 4")
 {
-    for (const auto& [text, warps] :
-         {std::pair{"0", 0}, std::pair{"1", 1}, std::pair{"2", 2}, std::pair{"4", 4}, std::pair{"+4", 4}}) {
-        CAPTURE(text);
-        CHECK(PlanOverrides::parse({{kPrefillProducerWarpsEnv, text}}).prefill_producer_warps == warps);
-    }
-    for (const char* ignored : {"3", "8", "-4", " 4", "", "all"}) {
-        CAPTURE(ignored);
-        CHECK_FALSE(PlanOverrides::parse({{kPrefillProducerWarpsEnv, ignored}}).prefill_producer_warps.has_value());
-    }
-    ::setenv(kPrefillProducerWarpsEnv, "2", 1);
-    CHECK(PlanOverrides::from_environment().prefill_producer_warps == 2);
-    ::unsetenv(kPrefillProducerWarpsEnv);
-    CHECK_FALSE(PlanOverrides::from_environment().prefill_producer_warps.has_value());
+    check_override(kPrefillProducerWarpsEnv, &PlanOverrides::prefill_producer_warps,
+                   {{"0", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"+4", 4}}, {"3", "8", "-4", " 4", "", "all"}, {"2", 2});
 }
 
 TEST_CASE("NBITS_PREFILL_WGMMA_MIN_M counts only from 17 to 65")
 {
-    auto parse = [](const char* text) {
-        return PlanOverrides::parse({{kPrefillWgmmaMinMEnv, text}})
-            .prefill_wgmma_min_m;
-    };
-    for (const auto& [text, m] : {std::pair{"17", 17}, std::pair{"33", 33}, std::pair{"65", 65}, std::pair{"+40", 40}}) {
-        CAPTURE(text);
-        CHECK(parse(text) == m);
-    }
-    for (const char* ignored : {"16", "1", "66", "128", "0", "-17", " 17", "", "small"}) {
-        CAPTURE(ignored);
-        CHECK_FALSE(parse(ignored).has_value());
-    }
-    ::setenv(kPrefillWgmmaMinMEnv, "17", 1);
-    CHECK(PlanOverrides::from_environment().prefill_wgmma_min_m == 17);
-    ::unsetenv(kPrefillWgmmaMinMEnv);
-    CHECK_FALSE(PlanOverrides::from_environment().prefill_wgmma_min_m.has_value());
+    check_override(kPrefillWgmmaMinMEnv, &PlanOverrides::prefill_wgmma_min_m,
+                   {{"17", 17}, {"33", 33}, {"65", 65}, {"+40", 40}},
+                   {"16", "1", "66", "128", "0", "-17", " 17", "", "small"}, {"17", 17});
 }
 
 TEST_CASE("plan overrides come from the environment only through PlanOverrides::from_environment")

@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <tuple>
+#include <utility>
 
 using namespace nbits;
 using namespace nbits::ops;
@@ -22,6 +24,13 @@ test::Problem fastest(const NodeAttributes& attributes, test::Shapes shapes,
 {
     test::Problem p = test::problem(attributes, shapes, device);
     p.context.policy = KernelPolicy::Fastest;
+    return p;
+}
+
+// `p` with one developer override of its plan context set.
+test::Problem with_override(test::Problem p, std::optional<int> PlanOverrides::*field, std::optional<int> value)
+{
+    p.context.overrides.*field = value;
     return p;
 }
 
@@ -195,8 +204,7 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 32 < M <= 256 when its g
 TEST_CASE("Fastest prefill split-K (NBITS_PREFILL_SPLIT_K): clusters along z on compute capability 9.0 and newer")
 {
     auto split = [](test::Problem p, int value) {
-        p.context.overrides.prefill_split_k = value;
-        return p;
+        return with_override(std::move(p), &PlanOverrides::prefill_split_k, value);
     };
     auto split_of = [](const KernelStep& step) {
         for (const std::string& define : step.defines) {
@@ -267,8 +275,7 @@ TEST_CASE("Fastest prefill split-K (NBITS_PREFILL_SPLIT_K): clusters along z on 
 TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM over 64-token tiles from M = 33 (NBITS_PREFILL_WGMMA_MIN_M: 17..65)")
 {
     auto from = [](test::Problem p, int min_m) {
-        p.context.overrides.prefill_wgmma_min_m = min_m;
-        return p;
+        return with_override(std::move(p), &PlanOverrides::prefill_wgmma_min_m, min_m);
     };
     // Llama-3-8B qkv at M = 64: 48 column tiles of 128 weight rows and 64 tokens, K split over 4 (25.2 M weights).
     const LaunchPlan qkv = from(fastest(node(4096, 6144), rows(64)), 17).plan();
@@ -369,9 +376,8 @@ TEST_CASE("the planned sm_90 wgmma steps assemble for sm_90a without spills and 
 TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_N=256: four warpgroups over 256 weight rows")
 {
     auto wide = [](test::Problem p, std::optional<int> split = std::nullopt) {
-        p.context.overrides.prefill_wgmma_tile_n = 256;
-        p.context.overrides.prefill_split_k = split;
-        return p;
+        return with_override(with_override(std::move(p), &PlanOverrides::prefill_wgmma_tile_n, 256),
+                             &PlanOverrides::prefill_split_k, split);
     };
     // Llama-3-70B up at M = 128: 112 column tiles of 256 rows, one CTA of 512 threads an SM.
     const LaunchPlan up = wide(fastest(node(8192, 28672), rows(128))).plan();
@@ -408,8 +414,7 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_N=256: four wa
 TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_M: 128 or 256 tokens a wgmma tile, at any M past 64")
 {
     auto tall = [](test::Problem p, int tokens) {
-        p.context.overrides.prefill_wgmma_tile_m = tokens;
-        return p;
+        return with_override(std::move(p), &PlanOverrides::prefill_wgmma_tile_m, tokens);
     };
     // Llama-3-8B up at M = 512: 112 column tiles x 2 token tiles of 256, one CTA of two warpgroups an SM.
     const LaunchPlan up = tall(fastest(node(4096, 14336), rows(512)), 256).plan();
@@ -445,8 +450,7 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_M: 128 or 256 
 TEST_CASE("Fastest prefill on sm_90: producer warps on the 64-token wgmma tiles, NBITS_PREFILL_PRODUCER_WARPS elsewhere")
 {
     auto producers = [](test::Problem p, std::optional<int> warps) {
-        p.context.overrides.prefill_producer_warps = warps;
-        return p;
+        return with_override(std::move(p), &PlanOverrides::prefill_producer_warps, warps);
     };
     auto step_of = [](test::Problem p) { return test::kernel_step(p.plan(), 0); };
     // Llama-3-8B up at M = 64: a warpgroup of producer warps beside the two computing ones, two CTAs an SM.
