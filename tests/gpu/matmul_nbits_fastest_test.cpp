@@ -777,6 +777,9 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
     add(DataType::BFloat16, 48, 4, 32, true, Bias::PerToken, false, false);  // 64-token wgmma (WGMMA_MIN_M)
     set.back().n = 13000;
     const std::size_t small_m_node = set.size() - 1;
+    add(DataType::Float16, 300, 4, 32, true, Bias::Plain, false, false);  // 256-token wgmma (WGMMA_TILE_M)
+    set.back().n = 6500;
+    const std::size_t tall_node = set.size() - 1;
     add(DataType::Float16, 8, 4, 32, true, Bias::Plain, false, false);  // decode, K over clusters of 4 on sm_90
     set.back().k = 4096;
     add(DataType::BFloat16, 12, 4, 32, false, Bias::None, true, true);  // decode gate/up + RMS norm, clusters of 4
@@ -792,6 +795,8 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
                              i == wide_node ? std::optional<std::string>("256") : std::nullopt);
         const ScopedEnv min_m(ops::kPrefillWgmmaMinMEnv,
                               i == small_m_node ? std::optional<std::string>("17") : std::nullopt);
+        const ScopedEnv tokens(ops::kPrefillWgmmaTileMEnv,
+                               i == tall_node ? std::optional<std::string>("256") : std::nullopt);
         const Outcome outcome = run_case(c, seed++);
         CAPTURE(outcome.variant);
         CHECK(outcome.error.all_finite);
