@@ -186,15 +186,9 @@ TEST_CASE("ONNX_GENAI_DOWN_COLS counts only as exactly 8, 4 or 2")
 
 TEST_CASE("ONNX_GENAI_ACC4_WARPS parses like a Rust u32 and counts only as 1, 2, 4 or 8")
 {
-    for (const auto& [text, warps] : {std::pair{"1", 1}, std::pair{"2", 2}, std::pair{"4", 4}, std::pair{"8", 8},
-                                      std::pair{"+4", 4}, std::pair{"004", 4}}) {
-        CAPTURE(text);
-        CHECK(PlanOverrides::parse({{kAccuracy4WarpsEnv, text}}).accuracy4_warps == warps);
-    }
-    for (const char* ignored : {"3", "16", "0", "-4", "4.0", " 4", "4 ", "+", "", "four", "99999999999"}) {
-        CAPTURE(ignored);
-        CHECK_FALSE(PlanOverrides::parse({{kAccuracy4WarpsEnv, ignored}}).accuracy4_warps.has_value());
-    }
+    check_override(kAccuracy4WarpsEnv, &PlanOverrides::accuracy4_warps,
+                   {{"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}, {"+4", 4}, {"004", 4}},
+                   {"3", "16", "0", "-4", "4.0", " 4", "4 ", "+", "", "four", "99999999999"}, {"8", 8});
 }
 
 TEST_CASE("NBITS_PREFILL_SPLIT_K parses like ACC4_WARPS and counts only from 1 to 8")
