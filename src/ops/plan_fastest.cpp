@@ -555,9 +555,8 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
 // the grid fills three quarters of the SMs, and for 256 < M <= 512 (the
 // paired gate/up node: 1024) when it covers every CTA slot (two an SM). On
 // the H200 (nbits-bench, fp16 int4 block 32): Llama-3-8B up M = 128 58.5 us
-// against 84.6 fused on mma.sync,
-// M = 256 85.2 against 111.0 dequantised; Llama-3-70B up M = 128 161.9
-// against 263.9. At M = 512 (one call on the kernels of 1d5f8f2, wgmma
+// against 84.6 fused on mma.sync, M = 256 85.2 against 111.0 dequantised;
+// Llama-3-70B up M = 128 161.9 against 263.9. At M = 512 (one call on the kernels of 1d5f8f2, wgmma
 // against the dequantise route, us): Llama-3-70B up 446.4 against 521.6,
 // Qwen2.5-7B up 140.3 against 163.5, the paired Llama-3-8B gate/up 240.7
 // against 321.9, Llama-3-8B up 133.1 against 135.2, while Qwen2.5-7B qkv (144
