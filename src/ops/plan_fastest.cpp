@@ -732,6 +732,7 @@ struct DecodeGeometry {
     int cluster_k;  // CTAs of a thread block cluster splitting each column group's K
     int chunks;
     bool stage_acts;
+    bool stage_meta;  // scales and zero points through the ring (NBITS_DECODE_STAGE_META)
     std::uint32_t grid;
     std::uint32_t shared_bytes;
 };
@@ -896,6 +897,18 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     const Blocks chosen = choose_blocks(geometry.tiles, geometry.col_warps);
     geometry.min_blocks = chosen.blocks;
     geometry.shared_bytes = shared(geometry.tiles);
+    // Scales and zero points through the ring (NBITS_DECODE_STAGE_META=1, kStageMeta in matmul_decode.cu): 8 rows
+    // of 16 bytes a slot and stage.
+    const std::size_t chunk_codes = config.bits == 4 ? 32 : 16;
+    const std::size_t k_blocks = config.k_blocks();
+    const bool f32_scales = fastest.operands.scale_type == DataType::Float32;
+    geometry.stage_meta = fastest.request.context.overrides.decode_stage_meta.value_or(0) == 1 &&
+                          config.block_size == chunk_codes && !f32_scales && k_blocks % 4 == 0 &&
+                          (!fastest.operands.has_zero_points() || config.zp_row_bytes() % 4 == 0);
+    if (geometry.stage_meta) {
+        geometry.shared_bytes += geometry.warps * geometry.stages *
+                                 static_cast<std::uint32_t>(sets * geometry.tiles * geometry.chunks * 2 * 8 * 16);
+    }
     // K of each column group split over a thread block cluster (compute capability 9.0 and newer, every warp of
     // the cluster keeping a k step): the grid's CTAs form grid / cluster_k clusters, each taking one group at a
     // time. It pays where the groups leave CTA slots idle: the largest of 4 and 2 whose clusters still cover every
@@ -1026,6 +1039,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     int cluster_k = 1;
     int chunks = 1;
     bool stage_acts = false;
+    bool stage_meta = false;
     std::uint32_t stages = kDecodeStages;
     int cols_per_warp = 1;
     std::size_t max_m = 1;
@@ -1045,6 +1059,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         cluster_k = geometry.cluster_k;
         chunks = geometry.chunks;
         stage_acts = geometry.stage_acts;
+        stage_meta = geometry.stage_meta;
         stages = geometry.stages;
         grid = geometry.grid;
         shared_bytes = geometry.shared_bytes;
@@ -1095,6 +1110,9 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
             .define("NBITS_CHUNKS", chunks)
             .define("NBITS_STAGE_ACTS", stage_acts ? 1 : 0)
             .shared_memory(shared_bytes, true);
+        if (stage_meta) {
+            step.define("NBITS_STAGE_META", 1);
+        }
         if (programmatic) {
             step.define("NBITS_PROGRAMMATIC", 1).programmatic_dependent(true);
         }

@@ -885,6 +885,33 @@ TEST_CASE("Fastest int4 decode on sm_90 launches as a programmatic dependent of 
     CHECK_FALSE(test::kernel_step(original.plan(), 0).config.programmatic_dependent);
 }
 
+TEST_CASE("NBITS_DECODE_STAGE_META=1 stages the decode scales and zero points where the kernel can, with the stage "
+          "bytes they need")
+{
+    auto staged = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::decode_stage_meta, 1); };
+    test::Shapes zp = rows(1);
+    zp.zero_points = true;
+    const test::Problem lm_head = fastest(node(4096, 128256), zp);
+    const KernelStep plain = test::kernel_step(lm_head.plan(), 0);
+    const KernelStep with_meta = test::kernel_step(staged(lm_head).plan(), 0);
+    CHECK_FALSE(defines(plain, "NBITS_STAGE_META=1"));
+    CHECK(defines(with_meta, "NBITS_STAGE_META=1"));
+    // 8 warps, 2 stages, 2 tiles, 2 row halves: 8 slots of 8 rows of 16 bytes a stage.
+    CHECK(with_meta.config.dynamic_shared_bytes == plain.config.dynamic_shared_bytes + 8 * 2 * (2 * 2 * 8 * 16));
+    CHECK(defines(test::kernel_step(staged(fastest(node(4096, 14336, 8, 16), rows(8))).plan(), 0),
+                  "NBITS_STAGE_META=1"));
+    // Not where the kernel cannot: block 128, fp32 scales, K blocks not a multiple of 4, zero-point rows of part words.
+    CHECK_FALSE(defines(test::kernel_step(staged(fastest(node(4096, 128256, 4, 128), zp)).plan(), 0),
+                        "NBITS_STAGE_META=1"));
+    test::Shapes f32_scales = rows(1);
+    f32_scales.scales = DataType::Float32;
+    CHECK_FALSE(defines(test::kernel_step(staged(fastest(node(4096, 14336), f32_scales)).plan(), 0),
+                        "NBITS_STAGE_META=1"));
+    CHECK_FALSE(defines(test::kernel_step(staged(fastest(node(4000, 14336), rows(1))).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK_FALSE(defines(test::kernel_step(staged(fastest(node(4224, 14336), zp)).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK(defines(test::kernel_step(staged(fastest(node(4224, 14336), rows(1))).plan(), 0), "NBITS_STAGE_META=1"));
+}
+
 TEST_CASE("Fastest decode's ring depth follows NBITS_DECODE_STAGES (2..4)")
 {
     auto stages = [](const char* value) {
