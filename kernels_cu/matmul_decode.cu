@@ -1222,11 +1222,16 @@ __device__ __forceinline__ void tc_load(TcFrag<NSETS>& f, u32 stage, const Weigh
         }
     }
     if constexpr (kStageMeta) {
-        // Lane t of each quad copies its row's metadata of slots t, t + 4, ...
+        // Lane t of each quad copies its row's metadata of slots t, t + 4, ... (one weight set of one tile and
+        // one chunk has only two slots).
         constexpr int kSlotsPerSet = kTiles * 2 * kChunks;
+        constexpr int kSlots = NSETS * kSlotsPerSet;
 #pragma unroll
-        for (int q = 0; q < NSETS * kSlotsPerSet / 4; ++q) {
+        for (int q = 0; q < (kSlots + 3) / 4; ++q) {
             const int slot = 4 * q + t;
+            if (kSlots % 4 != 0 && slot >= kSlots) {
+                break;
+            }
             const int set = NSETS == 1 ? 0 : slot / kSlotsPerSet;
             const int r = slot % kChunks;
             const int jh = (slot / kChunks) % (2 * kTiles);  // 2 j + h

@@ -750,14 +750,14 @@ std::uint32_t decode_stages(const FastestRequest& fastest)
 }
 
 // Dynamic shared memory of nbits_decode_*: the layout of TcShared in
-// matmul_decode.cu (stages, with the staged activations of a step when
-// act_step_bytes > 0, then the cross-warp partial sums and the RMS squares,
-// each double-buffered).
+// matmul_decode.cu (stages of the weights and the extra_step_bytes of a
+// step's staged activations and scales, then the cross-warp partial sums and
+// the RMS squares, each double-buffered).
 std::uint32_t decode_shared_bytes(std::uint32_t stage_count, std::uint32_t warps, int tiles, int chunks, int m_tiles,
-                                  int sets, bool rms, std::size_t act_step_bytes)
+                                  int sets, bool rms, std::size_t extra_step_bytes)
 {
     const std::size_t stages =
-        std::size_t{warps} * stage_count * (std::size_t(sets) * tiles * chunks * 2 * 512 + act_step_bytes);
+        std::size_t{warps} * stage_count * (std::size_t(sets) * tiles * chunks * 2 * 512 + extra_step_bytes);
     const std::size_t partial = 2 * std::size_t(sets) * tiles * m_tiles * 4 * warps * 32 * 4;
     const std::size_t squares = 2 * (rms ? std::size_t{warps} * 8 * m_tiles : 1) * 4;
     return static_cast<std::uint32_t>((stages + partial + squares + 15) / 16 * 16);
@@ -815,9 +815,25 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     const std::size_t word_codes = config.bits == 4 ? 8 : 4;
     const std::size_t act_stage_bytes =
         fastest.m == 1 ? step * 2 : 8 * static_cast<std::size_t>(m_tiles) * (step * 2 + 8 * word_codes);
+    // Scales and zero points through the ring (kStageMeta in matmul_decode.cu), 8 rows of 16 bytes a slot and
+    // stage, where the kernel can (exact mode with four 16-bit scales a chunk index: int4 block 32, int8 block 16;
+    // K blocks a multiple of 4, zero-point rows of whole words): for one weight set at M = 1, or as
+    // NBITS_DECODE_STAGE_META says. Measured on the H200 (fp16 int4 block 32, M = 1, one call, register loads ->
+    // staged): symmetric Llama-3-8B down 11.53 -> 10.80 us, o 4.99 -> 4.72, Qwen2.5-7B down 14.12 -> 13.66,
+    // Llama-3-70B down 35.50 -> 35.05, qkv 16.26 -> 15.99; with zero points 8B down 15.14 -> 12.69, 70B down
+    // 47.70 -> 41.79, lm_head 101.94 -> 92.25, 70B qkv 21.15 -> 19.77. The paired node lost with zero points
+    // (70B gate/up 96.69 -> 113.92, 8B 28.81 -> 32.21) and with a short K (Phi-3.5 gate/up 10.01 -> 13.45).
+    const std::size_t chunk_codes = config.bits == 4 ? 32 : 16;
+    const bool f32_scales = fastest.operands.scale_type == DataType::Float32;
+    const std::optional<int> forced_stage_meta = fastest.request.context.overrides.decode_stage_meta;
+    geometry.stage_meta = (forced_stage_meta ? *forced_stage_meta == 1 : sets == 1 && fastest.m == 1) &&
+                          config.block_size == chunk_codes && !f32_scales && config.k_blocks() % 4 == 0 &&
+                          (!fastest.operands.has_zero_points() || config.zp_row_bytes() % 4 == 0);
     auto shared = [&](int tiles) {
+        const std::size_t meta_bytes =
+            geometry.stage_meta ? std::size_t(sets) * tiles * geometry.chunks * 2 * 8 * 16 : 0;
         return decode_shared_bytes(geometry.stages, geometry.warps, tiles, geometry.chunks, m_tiles, sets, rms,
-                                   geometry.stage_acts ? act_stage_bytes : 0);
+                                   (geometry.stage_acts ? act_stage_bytes : 0) + meta_bytes);
     };
     auto fits = [&](std::uint32_t blocks, int tiles) {
         return resident_on_sm(device, blocks, shared(tiles));
@@ -897,18 +913,6 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     const Blocks chosen = choose_blocks(geometry.tiles, geometry.col_warps);
     geometry.min_blocks = chosen.blocks;
     geometry.shared_bytes = shared(geometry.tiles);
-    // Scales and zero points through the ring (NBITS_DECODE_STAGE_META=1, kStageMeta in matmul_decode.cu): 8 rows
-    // of 16 bytes a slot and stage.
-    const std::size_t chunk_codes = config.bits == 4 ? 32 : 16;
-    const std::size_t k_blocks = config.k_blocks();
-    const bool f32_scales = fastest.operands.scale_type == DataType::Float32;
-    geometry.stage_meta = fastest.request.context.overrides.decode_stage_meta.value_or(0) == 1 &&
-                          config.block_size == chunk_codes && !f32_scales && k_blocks % 4 == 0 &&
-                          (!fastest.operands.has_zero_points() || config.zp_row_bytes() % 4 == 0);
-    if (geometry.stage_meta) {
-        geometry.shared_bytes += geometry.warps * geometry.stages *
-                                 static_cast<std::uint32_t>(sets * geometry.tiles * geometry.chunks * 2 * 8 * 16);
-    }
     // K of each column group split over a thread block cluster (compute capability 9.0 and newer, every warp of
     // the cluster keeping a k step): the grid's CTAs form grid / cluster_k clusters, each taking one group at a
     // time. It pays where the groups leave CTA slots idle: the largest of 4 and 2 whose clusters still cover every
