@@ -153,7 +153,8 @@ struct PlanOverrides {
     // 1: the tensor-core decode kernels copy each k step's scales and zero
     // points into the cp.async ring with its weights where the kernel can
     // (exact mode, four 16-bit scales a chunk index: int4 block 32, int8
-    // block 16). Unset or 0: register loads a step ahead.
+    // block 16); 0: they load them into registers a step ahead. Unset: the
+    // rule in the plan (staged at M = 1 where that measured faster).
     std::optional<int> decode_stage_meta;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();

@@ -817,18 +817,24 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
         fastest.m == 1 ? step * 2 : 8 * static_cast<std::size_t>(m_tiles) * (step * 2 + 8 * word_codes);
     // Scales and zero points through the ring (kStageMeta in matmul_decode.cu), 8 rows of 16 bytes a slot and
     // stage, where the kernel can (exact mode with four 16-bit scales a chunk index: int4 block 32, int8 block 16;
-    // K blocks a multiple of 4, zero-point rows of whole words): for one weight set at M = 1, or as
-    // NBITS_DECODE_STAGE_META says. Measured on the H200 (fp16 int4 block 32, M = 1, one call, register loads ->
-    // staged): symmetric Llama-3-8B down 11.53 -> 10.80 us, o 4.99 -> 4.72, Qwen2.5-7B down 14.12 -> 13.66,
-    // Llama-3-70B down 35.50 -> 35.05, qkv 16.26 -> 15.99; with zero points 8B down 15.14 -> 12.69, 70B down
-    // 47.70 -> 41.79, lm_head 101.94 -> 92.25, 70B qkv 21.15 -> 19.77. The paired node lost with zero points
-    // (70B gate/up 96.69 -> 113.92, 8B 28.81 -> 32.21) and with a short K (Phi-3.5 gate/up 10.01 -> 13.45).
+    // K blocks a multiple of 4, zero-point rows of whole words): at M = 1 for one weight set, and for the paired
+    // node without zero points where a lane takes two chunks, or as NBITS_DECODE_STAGE_META says. Measured on the
+    // H200 (int4 block 32, M = 1, one call, register loads -> staged, us): fp16 Llama-3-8B down 11.66 -> 10.90, o
+    // 5.05 -> 4.79, Qwen2.5-7B down 14.23 -> 13.70, Llama-3-70B qkv 16.46 -> 16.23, o 11.92 -> 11.75, the paired
+    // 8B gate/up 22.24 -> 21.35 and Qwen2.5-7B 25.03 -> 24.02; with zero points 8B down 15.26 -> 12.84, 70B down
+    // 48.17 -> 42.24, lm_head 102.74 -> 93.35, 70B qkv 21.52 -> 20.11; bf16 70B qkv 18.10 -> 17.35, down 39.43 ->
+    // 38.03, the paired 8B gate/up 23.14 -> 21.04. Slower on the o projections of Phi-3.5 (3.95 -> 4.04) and
+    // Qwen2.5-7B (4.57 -> 4.65), on the paired node with zero points (70B gate/up 97.48 -> 118.07, 8B 29.11 ->
+    // 33.01) or one chunk a lane (Phi-3.5 gate/up 10.16 -> 13.94, Qwen2.5-0.5B 3.91 -> 5.21), and at M = 8 on 12
+    // of 21 nodes (8B qkv 7.27 -> 8.14, Phi-3.5 o 4.49 -> 5.19).
     const std::size_t chunk_codes = config.bits == 4 ? 32 : 16;
     const bool f32_scales = fastest.operands.scale_type == DataType::Float32;
+    const bool has_zp = fastest.operands.has_zero_points();
     const std::optional<int> forced_stage_meta = fastest.request.context.overrides.decode_stage_meta;
-    geometry.stage_meta = (forced_stage_meta ? *forced_stage_meta == 1 : sets == 1 && fastest.m == 1) &&
+    const bool stage_meta_pays = fastest.m == 1 && (sets == 1 || (!has_zp && geometry.chunks == 2));
+    geometry.stage_meta = (forced_stage_meta ? *forced_stage_meta == 1 : stage_meta_pays) &&
                           config.block_size == chunk_codes && !f32_scales && config.k_blocks() % 4 == 0 &&
-                          (!fastest.operands.has_zero_points() || config.zp_row_bytes() % 4 == 0);
+                          (!has_zp || config.zp_row_bytes() % 4 == 0);
     auto shared = [&](int tiles) {
         const std::size_t meta_bytes =
             geometry.stage_meta ? std::size_t(sets) * tiles * geometry.chunks * 2 * 8 * 16 : 0;
@@ -1123,8 +1129,13 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     }
     step.grid(grid).block(32 * warps).add_to(plan, fastest.request);
     set_variant(plan, paired ? "nbits_decode_gate_up" : "nbits_decode",
-                [m, warps, grid, tiles, col_warps, cluster_k, f32, programmatic, stage_acts,
+                [m, warps, grid, tiles, col_warps, cluster_k, f32, programmatic, stage_acts, stage_meta,
                  normalized = fastest.gamma != nullptr] {
+                    const char* staged = stage_acts && stage_meta
+                                             ? ", the rows of A and the scales staged with the weights"
+                                         : stage_acts ? ", the rows of A staged with the weights"
+                                         : stage_meta ? ", the scales staged with the weights"
+                                                      : "";
                     return fmt::format("M={} decode{}: one pass over the weights for every row on {} ({} warps split "
                                        "K{}, {} CTAs{} over {}-column groups{}), specialised on K, bits, block size "
                                        "and zero points{}",
@@ -1135,7 +1146,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
                                        grid,
                                        cluster_k > 1 ? fmt::format(" in clusters of {}", cluster_k) : std::string(),
                                        16 * tiles * col_warps,
-                                       stage_acts ? ", the rows of A staged with the weights" : "",
+                                       staged,
                                        programmatic ? "; a programmatic dependent of the kernel before it" : "");
                 });
     record_bias_stage(plan, o.has_bias(), config.fold_bias_post_round);

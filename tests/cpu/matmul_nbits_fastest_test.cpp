@@ -887,8 +887,8 @@ TEST_CASE("Fastest int4 decode on sm_90 launches as a programmatic dependent of 
     CHECK_FALSE(test::kernel_step(original.plan(), 0).config.programmatic_dependent);
 }
 
-TEST_CASE("Fastest decode stages the scales and zero points of one weight set at M = 1 where the kernel can, with "
-          "the stage bytes they need, unless NBITS_DECODE_STAGE_META says")
+TEST_CASE("Fastest decode stages the scales and zero points at M = 1 where the kernel can and it measured faster, "
+          "with the stage bytes they need, unless NBITS_DECODE_STAGE_META says")
 {
     auto staged = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::decode_stage_meta, 1); };
     auto unstaged = [](test::Problem p) {
@@ -903,10 +903,19 @@ TEST_CASE("Fastest decode stages the scales and zero points of one weight set at
     CHECK_FALSE(defines(plain, "NBITS_STAGE_META=1"));
     // 8 warps, 2 stages, 2 tiles, 2 row halves: 4 slots of 8 rows of 16 bytes a stage.
     CHECK(as_planned.config.dynamic_shared_bytes == plain.config.dynamic_shared_bytes + 8 * 2 * (2 * 2 * 8 * 16));
-    // Not by default for the paired node or M > 1 (both measured slower or not measured), but when asked.
-    const test::Problem paired = fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(1));
-    CHECK_FALSE(defines(test::kernel_step(paired.plan(), 0), "NBITS_STAGE_META=1"));
-    CHECK(defines(test::kernel_step(staged(paired).plan(), 0), "NBITS_STAGE_META=1"));
+    // The paired node only without zero points and with two chunks a lane (from K = 3584); not at M > 1, where
+    // it measured slower; each of them when asked.
+    auto paired = [](std::size_t k, const test::Shapes& shapes) {
+        return fastest(test::marked(node(k, 14336), kGateUpSwigluAttr), shapes);
+    };
+    CHECK(defines(test::kernel_step(paired(4096, rows(1)).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK(defines(test::kernel_step(paired(4096, rows(1)).plan(), 0), "NBITS_CHUNKS=2"));
+    CHECK_FALSE(defines(test::kernel_step(unstaged(paired(4096, rows(1))).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK_FALSE(defines(test::kernel_step(paired(4096, zp).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK(defines(test::kernel_step(staged(paired(4096, zp)).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK_FALSE(defines(test::kernel_step(paired(3072, rows(1)).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK(defines(test::kernel_step(staged(paired(3072, rows(1))).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK_FALSE(defines(test::kernel_step(fastest(node(4096, 14336), rows(8)).plan(), 0), "NBITS_STAGE_META=1"));
     const test::Problem int8_m8 = fastest(node(4096, 14336, 8, 16), rows(8));
     CHECK_FALSE(defines(test::kernel_step(int8_m8.plan(), 0), "NBITS_STAGE_META=1"));
     CHECK(defines(test::kernel_step(staged(int8_m8).plan(), 0), "NBITS_STAGE_META=1"));
