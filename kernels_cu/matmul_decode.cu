@@ -997,8 +997,27 @@ constexpr int kActRows = kSingleRow ? 1 : 8 * kMTiles;
 constexpr int kActRowStride = kSingleRow ? kStepCodes * 2 : kStepCodes * 2 + 8 * kWordCodes;
 constexpr int kActPiecesPerRow = kStepCodes * 2 / 16;
 constexpr int kActStageBytes = kStageActs ? kActRows * kActRowStride : 0;
+// With NBITS_STAGE_META a stage also holds the step's block scales and zero
+// points, after the activations, copied with its weights instead of loaded
+// into registers a step ahead (which cost the zero-point kernels the 128
+// registers of two CTAs an SM and left their loads' latency exposed): per
+// slot (set, tile, row half, chunk index) 8 rows of kMetaRowBytes, the row's
+// four scales (8 bytes) and the aligned 4-byte word holding its zero points.
+// Exact mode with four 16-bit scales a chunk index, rows of whole groups of
+// four blocks, and zero-point rows of whole words.
+#ifndef NBITS_STAGE_META
+#define NBITS_STAGE_META 0
+#endif
+constexpr bool kStageMeta = NBITS_STAGE_META != 0;
+static_assert(!kStageMeta || (kExact && !kScaleF32 && kScalesPerChunk == 4 && kPackedMeta &&
+                              (!kHasZp || kZpRowBytes % 4 == 0)),
+              "NBITS_STAGE_META needs exact mode, 16-bit scales, four blocks a chunk index, K blocks a multiple of 4 "
+              "and zero-point rows of whole words");
+constexpr int kMetaRowBytes = 16;
 template <int NSETS>
-__host__ __device__ constexpr int stage_bytes() { return weight_stage_bytes<NSETS>() + kActStageBytes; }
+__host__ __device__ constexpr int meta_stage_bytes() { return kStageMeta ? NSETS * kTiles * 2 * kChunks * 8 * kMetaRowBytes : 0; }
+template <int NSETS>
+__host__ __device__ constexpr int stage_bytes() { return weight_stage_bytes<NSETS>() + kActStageBytes + meta_stage_bytes<NSETS>(); }
 
 __device__ __forceinline__ int slot_index(int set, int j, int h, int r)
 {
@@ -1006,6 +1025,13 @@ __device__ __forceinline__ int slot_index(int set, int j, int h, int r)
 }
 
 __device__ __forceinline__ int swizzled_position(int g, int t) { return 4 * g + (t ^ ((g >> 1) & 3)); }
+
+// Shared address of row g's metadata of a slot in the stage at `stage` (NBITS_STAGE_META).
+template <int NSETS>
+__device__ __forceinline__ u32 meta_address_of(u32 stage, int slot, int g)
+{
+    return stage + (u32)(weight_stage_bytes<NSETS>() + kActStageBytes + (slot * 8 + g) * kMetaRowBytes);
+}
 
 __device__ __forceinline__ u32 shared_address(const void* p)
 {
@@ -1034,6 +1060,11 @@ __device__ __forceinline__ void cp_async16_l1(u32 dst, const void* src, int src_
 __device__ __forceinline__ void cp_async8(u32 dst, const void* src, int src_bytes)
 {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" : : "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void cp_async4(u32 dst, const void* src, int src_bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" : : "r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" : : : "memory"); }
@@ -1180,11 +1211,41 @@ __device__ __forceinline__ void tc_load(TcFrag<NSETS>& f, u32 stage, const Weigh
                     }
                     stage_chunk<TAIL>(chunk_address(stage, slot_index(set, j, h, r), swizzled_position(g, t)), p, k0,
                                       row_ok && chunk_ok);
-                    load_meta<TAIL>(w[set].s + row * kKBlocks, w[set].z + row * kZpRowBytes,
-                        scale_block(step, r, t, 0),
-                        [&](int i) { return row_ok && (!TAIL || scale_in_k(step, r, t, i)); },
-                        f.s[set][j][h][r], f.z[set][j][h][r]);
+                    if constexpr (!kStageMeta) {
+                        load_meta<TAIL>(w[set].s + row * kKBlocks, w[set].z + row * kZpRowBytes,
+                            scale_block(step, r, t, 0),
+                            [&](int i) { return row_ok && (!TAIL || scale_in_k(step, r, t, i)); },
+                            f.s[set][j][h][r], f.z[set][j][h][r]);
+                    }
                 }
+            }
+        }
+    }
+    if constexpr (kStageMeta) {
+        // Lane t of each quad copies its row's metadata of slots t, t + 4, ... (one weight set of one tile and
+        // one chunk has only two slots).
+        constexpr int kSlotsPerSet = kTiles * 2 * kChunks;
+        constexpr int kSlots = NSETS * kSlotsPerSet;
+#pragma unroll
+        for (int q = 0; q < (kSlots + 3) / 4; ++q) {
+            const int slot = 4 * q + t;
+            if (kSlots % 4 != 0 && slot >= kSlots) {
+                break;
+            }
+            const int set = NSETS == 1 ? 0 : slot / kSlotsPerSet;
+            const int r = slot % kChunks;
+            const int jh = (slot / kChunks) % (2 * kTiles);  // 2 j + h
+            const int row = 8 * jh;
+            const bool row_ok = FULL || ((rows_ok >> jh) & 1u);
+            const int blk0 = scale_block(step, r, t, 0);
+            const bool ok = row_ok && (!TAIL || scale_in_k(step, r, t, 0));
+            const Weights& ws = (NSETS == 1 || set == 0) ? w[0] : w[NSETS - 1];
+            const u32 at = meta_address_of<NSETS>(stage, slot, g);
+            const scale_raw_t* s = ws.s + row * kKBlocks + blk0;
+            cp_async8(at, ok ? (const void*)s : (const void*)b[0], ok ? 8 : 0);
+            if constexpr (kHasZp) {
+                const u8* z = ws.z + row * kZpRowBytes + (zero_point_byte(blk0) & ~3);
+                cp_async4(at + 8, ok ? (const void*)z : (const void*)b[0], ok ? 4 : 0);
             }
         }
     }
@@ -1289,6 +1350,28 @@ __device__ __forceinline__ float scale_float(const u32 (&s)[kScaleRegs], int i)
     return (i & 1) ? hi_float<kBf16>(s[i / 2]) : lo_float<kBf16>(s[i / 2]);
 }
 
+// Row g's staged scales and zero-point bytes of a slot (NBITS_STAGE_META), as
+// load_meta would have kept them: the four 16-bit scales packed two a
+// register, the zero-point bytes of block blk0 on at byte 0.
+template <int NSETS>
+__device__ __forceinline__ void load_staged_meta(u32 stage, int slot, int g, int blk0, u32 (&s)[kScaleRegs], u32& z)
+{
+    const u32 at = meta_address_of<NSETS>(stage, slot, g);
+    u32 words[2];
+    ld_shared_words<8>(at, words);
+    s[0] = words[0];
+    s[1] = words[1];
+    if constexpr (kHasZp) {
+        u32 word;
+        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(word) : "r"(at + 8) : "memory");
+        z = word >> (8 * (zero_point_byte(blk0) & 3));
+    }
+}
+template <int NSETS>
+__device__ __forceinline__ void load_staged_meta(u32, int, int, int, float (&)[kScaleRegs], u32&)
+{
+}
+
 // One k step: each chunk's activations are loaded (and normalised) once and
 // reused by every tile and weight set.
 template <bool TAIL, int NSETS>
@@ -1323,13 +1406,28 @@ __device__ __forceinline__ void tc_compute(
                     const int matrix_row = swizzled_position(rr, lane >> 3);
                     ldmatrix_x4(chunk_address(stage, slot_index(set, j, 0, r), matrix_row), qa);
                     ldmatrix_x4(chunk_address(stage, slot_index(set, j, 1, r), matrix_row), qb);
+                    const int blk0 = scale_block(step, r, t, 0);
+                    // Rows g and g + 8: scales and zero-point bytes as load_meta keeps them.
+                    scale_reg_t s_lo[kScaleRegs], s_hi[kScaleRegs];
+                    u32 z_lo = 0u, z_hi = 0u;
+                    if constexpr (kStageMeta) {
+                        load_staged_meta<NSETS>(stage, slot_index(set, j, 0, r), lane >> 2, blk0, s_lo, z_lo);
+                        load_staged_meta<NSETS>(stage, slot_index(set, j, 1, r), lane >> 2, blk0, s_hi, z_hi);
+                    } else {
+#pragma unroll
+                        for (int q = 0; q < kScaleRegs; ++q) {
+                            s_lo[q] = f.s[set][j][0][r][q];
+                            s_hi[q] = f.s[set][j][1][r][q];
+                        }
+                        z_lo = f.z[set][j][0][r];
+                        z_hi = f.z[set][j][1][r];
+                    }
 #pragma unroll
                     for (int i = 0; i < kScalesPerChunk; ++i) {
-                        const int blk0 = scale_block(step, r, t, 0);
                         Codes<kBf16, kBits> ca, cb;
                         if constexpr (kHasZp) {
-                            const ZeroPointByte za = zero_point_byte_at(f.z[set][j][0][r], blk0, i);
-                            const ZeroPointByte zb = zero_point_byte_at(f.z[set][j][1][r], blk0, i);
+                            const ZeroPointByte za = zero_point_byte_at(z_lo, blk0, i);
+                            const ZeroPointByte zb = zero_point_byte_at(z_hi, blk0, i);
                             ca.set_byte(za.word, za.byte);
                             cb.set_byte(zb.word, zb.byte);
                         } else {
@@ -1354,8 +1452,8 @@ __device__ __forceinline__ void tc_compute(
                                     mma_16816<kBf16>(c[mt], wa[2 * p], wb[2 * p], wa[2 * p + 1], wb[2 * p + 1],
                                         x[w][mt][2 * p], x[w][mt][2 * p + 1]);
                         }
-                        const float sa = scale_float(f.s[set][j][0][r], i);
-                        const float sb = scale_float(f.s[set][j][1][r], i);
+                        const float sa = scale_float(s_lo, i);
+                        const float sb = scale_float(s_hi, i);
 #pragma unroll
                         for (int mt = 0; mt < kMTiles; ++mt) {
                             acc[set][j][mt][0] = fmaf(sa, c[mt][0], acc[set][j][mt][0]);

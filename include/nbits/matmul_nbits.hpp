@@ -83,6 +83,7 @@ inline constexpr const char* kDecodeStageActsEnv = "NBITS_DECODE_STAGE_ACTS";
 inline constexpr const char* kDecodeColWarpsEnv = "NBITS_DECODE_COL_WARPS";
 inline constexpr const char* kDecodeClusterKEnv = "NBITS_DECODE_CLUSTER_K";
 inline constexpr const char* kDecodeChunksEnv = "NBITS_DECODE_CHUNKS";
+inline constexpr const char* kDecodeStageMetaEnv = "NBITS_DECODE_STAGE_META";
 
 struct PlanOverrides {
     std::optional<int> down_columns;
@@ -149,6 +150,12 @@ struct PlanOverrides {
     // two double the bytes a warp keeps in flight and halve its k steps.
     // Unset: the rule in the plan (see the README's routing table).
     std::optional<int> decode_chunks;
+    // 1: the tensor-core decode kernels copy each k step's scales and zero
+    // points into the cp.async ring with its weights where the kernel can
+    // (exact mode, four 16-bit scales a chunk index: int4 block 32, int8
+    // block 16); 0: they load them into registers a step ahead. Unset: the
+    // rule in the plan (staged at M = 1 where that measured faster).
+    std::optional<int> decode_stage_meta;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
     // The same rules over given variables (environment name -> text; a name

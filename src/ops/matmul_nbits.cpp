@@ -261,6 +261,7 @@ PlanOverrides parse_overrides(const jit::EnvLookup& variable)
                                           [](std::uint32_t ctas) { return ctas == 1 || ctas == 2 || ctas == 4; });
     overrides.decode_chunks =
         accepted(variable(kDecodeChunksEnv), [](std::uint32_t chunks) { return chunks == 1 || chunks == 2; });
+    overrides.decode_stage_meta = accepted(variable(kDecodeStageMetaEnv), [](std::uint32_t on) { return on <= 1; });
     return overrides;
 }
 

@@ -732,6 +732,7 @@ struct DecodeGeometry {
     int cluster_k;  // CTAs of a thread block cluster splitting each column group's K
     int chunks;
     bool stage_acts;
+    bool stage_meta;  // scales and zero points through the ring (NBITS_DECODE_STAGE_META)
     std::uint32_t grid;
     std::uint32_t shared_bytes;
 };
@@ -749,14 +750,14 @@ std::uint32_t decode_stages(const FastestRequest& fastest)
 }
 
 // Dynamic shared memory of nbits_decode_*: the layout of TcShared in
-// matmul_decode.cu (stages, with the staged activations of a step when
-// act_step_bytes > 0, then the cross-warp partial sums and the RMS squares,
-// each double-buffered).
+// matmul_decode.cu (stages of the weights and the extra_step_bytes of a
+// step's staged activations and scales, then the cross-warp partial sums and
+// the RMS squares, each double-buffered).
 std::uint32_t decode_shared_bytes(std::uint32_t stage_count, std::uint32_t warps, int tiles, int chunks, int m_tiles,
-                                  int sets, bool rms, std::size_t act_step_bytes)
+                                  int sets, bool rms, std::size_t extra_step_bytes)
 {
     const std::size_t stages =
-        std::size_t{warps} * stage_count * (std::size_t(sets) * tiles * chunks * 2 * 512 + act_step_bytes);
+        std::size_t{warps} * stage_count * (std::size_t(sets) * tiles * chunks * 2 * 512 + extra_step_bytes);
     const std::size_t partial = 2 * std::size_t(sets) * tiles * m_tiles * 4 * warps * 32 * 4;
     const std::size_t squares = 2 * (rms ? std::size_t{warps} * 8 * m_tiles : 1) * 4;
     return static_cast<std::uint32_t>((stages + partial + squares + 15) / 16 * 16);
@@ -814,9 +815,31 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     const std::size_t word_codes = config.bits == 4 ? 8 : 4;
     const std::size_t act_stage_bytes =
         fastest.m == 1 ? step * 2 : 8 * static_cast<std::size_t>(m_tiles) * (step * 2 + 8 * word_codes);
+    // Scales and zero points through the ring (kStageMeta in matmul_decode.cu), 8 rows of 16 bytes a slot and
+    // stage, where the kernel can (exact mode with four 16-bit scales a chunk index: int4 block 32, int8 block 16;
+    // K blocks a multiple of 4, zero-point rows of whole words): at M = 1 for one weight set, and for the paired
+    // node without zero points where a lane takes two chunks, or as NBITS_DECODE_STAGE_META says. Measured on the
+    // H200 (int4 block 32, M = 1, one call, register loads -> staged, us): fp16 Llama-3-8B down 11.66 -> 10.90, o
+    // 5.05 -> 4.79, Qwen2.5-7B down 14.23 -> 13.70, Llama-3-70B qkv 16.46 -> 16.23, o 11.92 -> 11.75, the paired
+    // 8B gate/up 22.24 -> 21.35 and Qwen2.5-7B 25.03 -> 24.02; with zero points 8B down 15.26 -> 12.84, 70B down
+    // 48.17 -> 42.24, lm_head 102.74 -> 93.35, 70B qkv 21.52 -> 20.11; bf16 70B qkv 18.10 -> 17.35, down 39.43 ->
+    // 38.03, the paired 8B gate/up 23.14 -> 21.04. Slower on the o projections of Phi-3.5 (3.95 -> 4.04) and
+    // Qwen2.5-7B (4.57 -> 4.65), on the paired node with zero points (70B gate/up 97.48 -> 118.07, 8B 29.11 ->
+    // 33.01) or one chunk a lane (Phi-3.5 gate/up 10.16 -> 13.94, Qwen2.5-0.5B 3.91 -> 5.21), and at M = 8 on 12
+    // of 21 nodes (8B qkv 7.27 -> 8.14, Phi-3.5 o 4.49 -> 5.19).
+    const std::size_t chunk_codes = config.bits == 4 ? 32 : 16;
+    const bool f32_scales = fastest.operands.scale_type == DataType::Float32;
+    const bool has_zp = fastest.operands.has_zero_points();
+    const std::optional<int> forced_stage_meta = fastest.request.context.overrides.decode_stage_meta;
+    const bool stage_meta_pays = fastest.m == 1 && (sets == 1 || (!has_zp && geometry.chunks == 2));
+    geometry.stage_meta = (forced_stage_meta ? *forced_stage_meta == 1 : stage_meta_pays) &&
+                          config.block_size == chunk_codes && !f32_scales && config.k_blocks() % 4 == 0 &&
+                          (!has_zp || config.zp_row_bytes() % 4 == 0);
     auto shared = [&](int tiles) {
+        const std::size_t meta_bytes =
+            geometry.stage_meta ? std::size_t(sets) * tiles * geometry.chunks * 2 * 8 * 16 : 0;
         return decode_shared_bytes(geometry.stages, geometry.warps, tiles, geometry.chunks, m_tiles, sets, rms,
-                                   geometry.stage_acts ? act_stage_bytes : 0);
+                                   (geometry.stage_acts ? act_stage_bytes : 0) + meta_bytes);
     };
     auto fits = [&](std::uint32_t blocks, int tiles) {
         return resident_on_sm(device, blocks, shared(tiles));
@@ -1026,6 +1049,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     int cluster_k = 1;
     int chunks = 1;
     bool stage_acts = false;
+    bool stage_meta = false;
     std::uint32_t stages = kDecodeStages;
     int cols_per_warp = 1;
     std::size_t max_m = 1;
@@ -1045,6 +1069,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         cluster_k = geometry.cluster_k;
         chunks = geometry.chunks;
         stage_acts = geometry.stage_acts;
+        stage_meta = geometry.stage_meta;
         stages = geometry.stages;
         grid = geometry.grid;
         shared_bytes = geometry.shared_bytes;
@@ -1095,14 +1120,22 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
             .define("NBITS_CHUNKS", chunks)
             .define("NBITS_STAGE_ACTS", stage_acts ? 1 : 0)
             .shared_memory(shared_bytes, true);
+        if (stage_meta) {
+            step.define("NBITS_STAGE_META", 1);
+        }
         if (programmatic) {
             step.define("NBITS_PROGRAMMATIC", 1).programmatic_dependent(true);
         }
     }
     step.grid(grid).block(32 * warps).add_to(plan, fastest.request);
     set_variant(plan, paired ? "nbits_decode_gate_up" : "nbits_decode",
-                [m, warps, grid, tiles, col_warps, cluster_k, f32, programmatic, stage_acts,
+                [m, warps, grid, tiles, col_warps, cluster_k, f32, programmatic, stage_acts, stage_meta,
                  normalized = fastest.gamma != nullptr] {
+                    const char* staged = stage_acts && stage_meta
+                                             ? ", the rows of A and the scales staged with the weights"
+                                         : stage_acts ? ", the rows of A staged with the weights"
+                                         : stage_meta ? ", the scales staged with the weights"
+                                                      : "";
                     return fmt::format("M={} decode{}: one pass over the weights for every row on {} ({} warps split "
                                        "K{}, {} CTAs{} over {}-column groups{}), specialised on K, bits, block size "
                                        "and zero points{}",
@@ -1113,7 +1146,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
                                        grid,
                                        cluster_k > 1 ? fmt::format(" in clusters of {}", cluster_k) : std::string(),
                                        16 * tiles * col_warps,
-                                       stage_acts ? ", the rows of A staged with the weights" : "",
+                                       staged,
                                        programmatic ? "; a programmatic dependent of the kernel before it" : "");
                 });
     record_bias_stage(plan, o.has_bias(), config.fold_bias_post_round);

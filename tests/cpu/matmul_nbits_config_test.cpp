@@ -225,6 +225,12 @@ TEST_CASE("NBITS_PREFILL_WGMMA_MIN_M counts only from 17 to 65")
                    {"16", "1", "66", "128", "0", "-17", " 17", "", "small"}, {"17", 17});
 }
 
+TEST_CASE("NBITS_DECODE_STAGE_META counts only as 0 or 1")
+{
+    check_override(kDecodeStageMetaEnv, &PlanOverrides::decode_stage_meta, {{"0", 0}, {"1", 1}, {"+1", 1}},
+                   {"2", "-1", " 1", "", "on"}, {"1", 1});
+}
+
 TEST_CASE("plan overrides come from the environment only through PlanOverrides::from_environment")
 {
     ::setenv(kDownColumnsEnv, "4", 1);

@@ -667,11 +667,12 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     CHECK(qkv.config.grid == Dim3{384, 1, 1});
     CHECK(defines(qkv, "NBITS_STAGES=2"));
     CHECK(defines(qkv, "NBITS_SINGLE_ROW=1"));
-    // Dynamic shared memory: 8 warps x 2 stages x (1 tile x 2 row halves x 512 bytes of weights and the step's
-    // 128 activations), the double-buffered partial sums (2 x 4 values x 8 warps x 32 lanes x 4 bytes) and the
-    // unused RMS squares (2 floats), 16-byte rounded.
+    // Dynamic shared memory: 8 warps x 2 stages x (1 tile x 2 row halves x 512 bytes of weights, the step's 128
+    // activations and the 2 row halves' scales, 8 rows of 16 bytes each), the double-buffered partial sums (2 x 4
+    // values x 8 warps x 32 lanes x 4 bytes) and the unused RMS squares (2 floats), 16-byte rounded.
     CHECK(defines(qkv, "NBITS_STAGE_ACTS=1"));
-    CHECK(qkv.config.dynamic_shared_bytes == 8 * 2 * (2 * 512 + 128 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
+    CHECK(defines(qkv, "NBITS_STAGE_META=1"));
+    CHECK(qkv.config.dynamic_shared_bytes == 8 * 2 * (2 * 512 + 128 * 2 + 2 * 128) + 2 * 4 * 8 * 32 * 4 + 16);
     CHECK(qkv.configure_shared_memory);
     // A third CTA per SM caps registers at 80: not for the paired node (Qwen2.5-7B gate/up, 1184 groups, would
     // save a round) nor for two tiles of two batch tiles (lm_head at M = 16).
@@ -696,11 +697,12 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     CHECK(defines(lm_head, "NBITS_MIN_BLOCKS=2"));
     CHECK(defines(lm_head, "NBITS_TILES=2"));
     // A single-row int4 down projection (K > N) takes two chunks a lane per k step, with a ring twice as deep in
-    // bytes: 8 warps x 2 stages x (1 tile x 2 chunks x 2 row halves x 512 bytes and 256 activations), plus the
-    // partial sums.
+    // bytes: 8 warps x 2 stages x (1 tile x 2 chunks x 2 row halves x 512 bytes, 256 activations and 2 x 2 slots
+    // of scales), plus the partial sums.
     const KernelStep down = test::kernel_step(fastest(node(14336, 4096), rows(1)).plan(), 0);
     CHECK(defines(down, "NBITS_CHUNKS=2"));
-    CHECK(down.config.dynamic_shared_bytes == 8 * 2 * (2 * 2 * 512 + 256 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
+    CHECK(down.config.dynamic_shared_bytes ==
+          8 * 2 * (2 * 2 * 512 + 256 * 2 + 2 * 2 * 128) + 2 * 4 * 8 * 32 * 4 + 16);
     CHECK(defines(qkv, "NBITS_CHUNKS=1"));
     // Where the columns fill the grid with two tiles of one chunk, those (Llama-3-70B down: 256 groups of 32
     // columns in one round, against 512 of 16 in two).
@@ -780,10 +782,10 @@ TEST_CASE("Fastest decode copies two chunks a lane per k step where a CTA takes 
     zp.zero_points = true;
     CHECK(chunks_of(fastest(paired(8192, 28672), zp)) == 1);
     CHECK(chunks_of(fastest(node(14336, 4096), zp)) == 2);
-    // Two chunks double each warp's ring: 8 warps x 2 stages x (2 chunks x 2 row halves x 512 bytes and the
-    // step's 256 activations) plus the partial sums.
+    // Two chunks double each warp's ring: 8 warps x 2 stages x (2 chunks x 2 row halves x 512 bytes, the step's
+    // 256 activations and their scales) plus the partial sums.
     CHECK(test::kernel_step(fastest(node(4096, 4096), rows(1)).plan(), 0).config.dynamic_shared_bytes ==
-          8 * 2 * (2 * 2 * 512 + 256 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
+          8 * 2 * (2 * 2 * 512 + 256 * 2 + 2 * 2 * 128) + 2 * 4 * 8 * 32 * 4 + 16);
     // NBITS_DECODE_CHUNKS forces either (two chunks take one tile a CTA); other values are ignored.
     auto chunks = [](const char* value) {
         return PlanOverrides::parse({{kDecodeChunksEnv, value}});
@@ -885,6 +887,50 @@ TEST_CASE("Fastest int4 decode on sm_90 launches as a programmatic dependent of 
     CHECK_FALSE(test::kernel_step(original.plan(), 0).config.programmatic_dependent);
 }
 
+TEST_CASE("Fastest decode stages the scales and zero points at M = 1 where the kernel can and it measured faster, "
+          "with the stage bytes they need, unless NBITS_DECODE_STAGE_META says")
+{
+    auto staged = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::decode_stage_meta, 1); };
+    auto unstaged = [](test::Problem p) {
+        return with_override(std::move(p), &PlanOverrides::decode_stage_meta, 0);
+    };
+    test::Shapes zp = rows(1);
+    zp.zero_points = true;
+    const test::Problem lm_head = fastest(node(4096, 128256), zp);
+    const KernelStep as_planned = test::kernel_step(lm_head.plan(), 0);
+    const KernelStep plain = test::kernel_step(unstaged(lm_head).plan(), 0);
+    CHECK(defines(as_planned, "NBITS_STAGE_META=1"));
+    CHECK_FALSE(defines(plain, "NBITS_STAGE_META=1"));
+    // 8 warps, 2 stages, 2 tiles, 2 row halves: 4 slots of 8 rows of 16 bytes a stage.
+    CHECK(as_planned.config.dynamic_shared_bytes == plain.config.dynamic_shared_bytes + 8 * 2 * (2 * 2 * 8 * 16));
+    // The paired node only without zero points and with two chunks a lane (from K = 3584); not at M > 1, where
+    // it measured slower; each of them when asked.
+    auto paired = [](std::size_t k, const test::Shapes& shapes) {
+        return fastest(test::marked(node(k, 14336), kGateUpSwigluAttr), shapes);
+    };
+    CHECK(defines(test::kernel_step(paired(4096, rows(1)).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK(defines(test::kernel_step(paired(4096, rows(1)).plan(), 0), "NBITS_CHUNKS=2"));
+    CHECK_FALSE(defines(test::kernel_step(unstaged(paired(4096, rows(1))).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK_FALSE(defines(test::kernel_step(paired(4096, zp).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK(defines(test::kernel_step(staged(paired(4096, zp)).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK_FALSE(defines(test::kernel_step(paired(3072, rows(1)).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK(defines(test::kernel_step(staged(paired(3072, rows(1))).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK_FALSE(defines(test::kernel_step(fastest(node(4096, 14336), rows(8)).plan(), 0), "NBITS_STAGE_META=1"));
+    const test::Problem int8_m8 = fastest(node(4096, 14336, 8, 16), rows(8));
+    CHECK_FALSE(defines(test::kernel_step(int8_m8.plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK(defines(test::kernel_step(staged(int8_m8).plan(), 0), "NBITS_STAGE_META=1"));
+    // Not where the kernel cannot: block 128, fp32 scales, K blocks not a multiple of 4, zero-point rows of part words.
+    CHECK_FALSE(defines(test::kernel_step(staged(fastest(node(4096, 128256, 4, 128), zp)).plan(), 0),
+                        "NBITS_STAGE_META=1"));
+    test::Shapes f32_scales = rows(1);
+    f32_scales.scales = DataType::Float32;
+    CHECK_FALSE(defines(test::kernel_step(staged(fastest(node(4096, 14336), f32_scales)).plan(), 0),
+                        "NBITS_STAGE_META=1"));
+    CHECK_FALSE(defines(test::kernel_step(staged(fastest(node(4000, 14336), rows(1))).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK_FALSE(defines(test::kernel_step(staged(fastest(node(4224, 14336), zp)).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK(defines(test::kernel_step(staged(fastest(node(4224, 14336), rows(1))).plan(), 0), "NBITS_STAGE_META=1"));
+}
+
 TEST_CASE("Fastest decode's ring depth follows NBITS_DECODE_STAGES (2..4)")
 {
     auto stages = [](const char* value) {
@@ -894,8 +940,10 @@ TEST_CASE("Fastest decode's ring depth follows NBITS_DECODE_STAGES (2..4)")
     deep.context.overrides = stages("4");
     const KernelStep down = test::kernel_step(deep.plan(), 0);
     CHECK(defines(down, "NBITS_STAGES=4"));
-    // 8 warps x 4 stages x 1 tile x 2 chunks x 2 row halves x 512 bytes, plus the partial sums.
-    CHECK(down.config.dynamic_shared_bytes == 8 * 4 * (2 * 2 * 512 + 256 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
+    // 8 warps x 4 stages x 1 tile x 2 chunks x 2 row halves x (512 bytes and 128 of scales) and the step's 256
+    // activations, plus the partial sums.
+    CHECK(down.config.dynamic_shared_bytes ==
+          8 * 4 * (2 * 2 * (512 + 128) + 256 * 2) + 2 * 4 * 8 * 32 * 4 + 16);
     CHECK_FALSE(stages("5").decode_stages.has_value());
     CHECK_FALSE(stages("1").decode_stages.has_value());
     CHECK(stages("3").decode_stages == 3);
@@ -1089,7 +1137,8 @@ TEST_CASE("Fastest decode stages the activations with the weights up to M = 8 un
     off.context.overrides = stage_acts("0");
     const KernelStep plain = test::kernel_step(off.plan(), 0);
     CHECK(defines(plain, "NBITS_STAGE_ACTS=0"));
-    CHECK(plain.config.dynamic_shared_bytes == 8 * 2 * 2 * 2 * 512 + 2 * 2 * 4 * 8 * 32 * 4 + 16);  // two tiles
+    // Two tiles, each with its scales staged.
+    CHECK(plain.config.dynamic_shared_bytes == 8 * 2 * 2 * 2 * (512 + 128) + 2 * 2 * 4 * 8 * 32 * 4 + 16);
     CHECK(stage_acts("1").decode_stage_acts == 1);
     CHECK_FALSE(stage_acts("2").decode_stage_acts.has_value());
 }

@@ -735,6 +735,35 @@ TEST_CASE("decode with two chunks a lane per k step (NBITS_DECODE_CHUNKS=2) meet
     check_decode_nodes(nodes);
 }
 
+TEST_CASE("decode with each step's scales and zero points staged with its weights (NBITS_DECODE_STAGE_META=1) meets "
+          "the float64 oracle")
+{
+    // Every decode case the staging applies to (int4 block 32, int8 block 16, 16-bit scales, K blocks a multiple of
+    // 4, zero-point rows of whole words) at K = 4096 and one with a partial last step (K = 4224 symmetric), with one
+    // and two chunks a lane; the others keep the register loads, which check_decode_define confirms.
+    const ScopedEnv staged(ops::kDecodeStageMetaEnv, std::string("1"));
+    std::vector<FastestCase> decode;
+    for (FastestCase c : decode_cases()) {
+        c.k = 4096;
+        decode.push_back(c);
+    }
+    decode.push_back(feature_case(DataType::Float16, 1, 4, 32, false, Bias::Plain, false, false, 1000, 4224));
+    decode.push_back(feature_case(DataType::BFloat16, 9, 8, 16, true, Bias::None, false, true, 333, 4096));
+    std::vector<FastestNode> nodes = make_nodes(decode, 0xc4c40000ull);
+    std::vector<FastestNode> staged_nodes;
+    std::vector<FastestNode> register_nodes;
+    for (FastestNode& node : nodes) {
+        const FastestCase& c = node.spec;
+        const bool applies = c.block_size == (c.bits == 4 ? 32u : 16u) && !c.f32_scales;
+        (applies ? staged_nodes : register_nodes).push_back(std::move(node));
+    }
+    check_decode_define(staged_nodes, "NBITS_STAGE_META=1", true);
+    check_decode_define(register_nodes, "NBITS_STAGE_META=1", false);
+    check_decode_nodes(staged_nodes);
+    const ScopedEnv two(ops::kDecodeChunksEnv, std::string("2"));
+    check_decode_nodes(make_nodes(decode, 0xc4c50000ull));
+}
+
 TEST_CASE("a Fastest run writes every element of Y, also for outputs that are not a whole tile")
 {
     for (const std::size_t m : {std::size_t{1}, std::size_t{7}, std::size_t{19}, std::size_t{150}}) {

@@ -96,6 +96,7 @@ struct PlanOptions {
     std::optional<std::string> prefill_chunk_columns;
     std::optional<std::string> decode_cluster_k;
     std::optional<std::string> decode_chunks;
+    std::optional<std::string> decode_stage_meta;
 
     bool json = false;
     bool help = false;
@@ -124,6 +125,7 @@ constexpr OverrideFlag kOverrideFlags[] = {
     {"prefill-chunk-columns", "64..1048576", kPrefillChunkColumnsEnv, &PlanOptions::prefill_chunk_columns},
     {"decode-cluster-k", "1|2|4", kDecodeClusterKEnv, &PlanOptions::decode_cluster_k},
     {"decode-chunks", "1|2", kDecodeChunksEnv, &PlanOptions::decode_chunks},
+    {"decode-stage-meta", "0|1", kDecodeStageMetaEnv, &PlanOptions::decode_stage_meta},
 };
 
 tools::CommandLine command_line(PlanOptions& o)
@@ -255,7 +257,8 @@ std::string plan_text(const PlanOptions& o)
                        &PlanOverrides::decode_programmatic, &PlanOverrides::decode_stages,
                        &PlanOverrides::decode_tiles, &PlanOverrides::decode_stage_acts,
                        &PlanOverrides::decode_col_warps, &PlanOverrides::prefill_chunk_columns,
-                       &PlanOverrides::decode_cluster_k, &PlanOverrides::decode_chunks}) {
+                       &PlanOverrides::decode_cluster_k, &PlanOverrides::decode_chunks,
+                       &PlanOverrides::decode_stage_meta}) {
         if (forced.*field) {
             context.overrides.*field = forced.*field;
         }
