@@ -916,6 +916,15 @@ TEST_CASE("Fastest decode stages the scales and zero points at M = 1 where the k
     CHECK_FALSE(defines(test::kernel_step(paired(3072, rows(1)).plan(), 0), "NBITS_STAGE_META=1"));
     CHECK(defines(test::kernel_step(staged(paired(3072, rows(1))).plan(), 0), "NBITS_STAGE_META=1"));
     CHECK_FALSE(defines(test::kernel_step(fastest(node(4096, 14336), rows(8)).plan(), 0), "NBITS_STAGE_META=1"));
+    // At M = 2..8 a down projection (K > N) with zero points; not symmetric, not K <= N, not M = 9..16.
+    test::Shapes zp8 = rows(8);
+    zp8.zero_points = true;
+    CHECK(defines(test::kernel_step(fastest(node(14336, 4096), zp8).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK_FALSE(defines(test::kernel_step(fastest(node(14336, 4096), rows(8)).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK_FALSE(defines(test::kernel_step(fastest(node(4096, 14336), zp8).plan(), 0), "NBITS_STAGE_META=1"));
+    test::Shapes zp16 = rows(16);
+    zp16.zero_points = true;
+    CHECK_FALSE(defines(test::kernel_step(fastest(node(14336, 4096), zp16).plan(), 0), "NBITS_STAGE_META=1"));
     const test::Problem int8_m8 = fastest(node(4096, 14336, 8, 16), rows(8));
     CHECK_FALSE(defines(test::kernel_step(int8_m8.plan(), 0), "NBITS_STAGE_META=1"));
     CHECK(defines(test::kernel_step(staged(int8_m8).plan(), 0), "NBITS_STAGE_META=1"));
