@@ -40,11 +40,12 @@
 //     C * NBITS_WARPS / NBITS_COL_WARPS <= ceil(K / k_step),
 //     k_step = 128 codes (int4) or 64 (int8) times NBITS_CHUNKS (a static_assert checks);
 //     dynamic shared memory sizeof(TcShared) = 16-byte rounded sum of
-//       warps * NBITS_STAGES * (sets * tiles * chunks * 2 * 512 + act)  (the cp.async rings)
+//       warps * NBITS_STAGES * (sets * tiles * chunks * 2 * 512 + act + meta)  (the cp.async rings)
 //       2 * sets * tiles * m_tiles * 4 * warps * 32 * 4                  (partial sums)
 //       2 * (rms ? warps * 8 * m_tiles : 1) * 4                          (RMS squares)
 //     (less traps), act = 0, or with NBITS_STAGE_ACTS the staged rows of A:
-//     k_step * 2 at M = 1, else 8 * m_tiles * (k_step * 2 + 8 * codes a 32-bit word holds).
+//     k_step * 2 at M = 1, else 8 * m_tiles * (k_step * 2 + 8 * codes a 32-bit word holds);
+//     meta = 0, or with NBITS_STAGE_META the step's scales and zero points: sets * tiles * chunks * 2 * 128.
 //   fp32: grid = ceil(N / (NBITS_WARPS * NBITS_COLS_PER_WARP)); M <= NBITS_MAX_M; no dynamic shared memory.
 // Pointer alignment (bytes) the loads need is noted at each parameter: a and
 // gamma 16, b 16 (8 suffices for int4 block 16 with an odd block count),
@@ -1015,9 +1016,15 @@ static_assert(!kStageMeta || (kExact && !kScaleF32 && kScalesPerChunk == 4 && kP
               "and zero-point rows of whole words");
 constexpr int kMetaRowBytes = 16;
 template <int NSETS>
-__host__ __device__ constexpr int meta_stage_bytes() { return kStageMeta ? NSETS * kTiles * 2 * kChunks * 8 * kMetaRowBytes : 0; }
+__host__ __device__ constexpr int meta_stage_bytes()
+{
+    return kStageMeta ? NSETS * kTiles * 2 * kChunks * 8 * kMetaRowBytes : 0;
+}
 template <int NSETS>
-__host__ __device__ constexpr int stage_bytes() { return weight_stage_bytes<NSETS>() + kActStageBytes + meta_stage_bytes<NSETS>(); }
+__host__ __device__ constexpr int stage_bytes()
+{
+    return weight_stage_bytes<NSETS>() + kActStageBytes + meta_stage_bytes<NSETS>();
+}
 
 __device__ __forceinline__ int slot_index(int set, int j, int h, int r)
 {
