@@ -64,8 +64,9 @@ struct MatMulNBitsConfig {
 // NBITS_PREFILL_CHUNK_COLUMNS (64..1048576) for its dequantise + cuBLASLt
 // route, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4), NBITS_DECODE_TILES
 // (1|2), NBITS_DECODE_STAGE_ACTS (0|1), NBITS_DECODE_COL_WARPS (1|2|4),
-// NBITS_DECODE_CLUSTER_K (1|2|4) and NBITS_DECODE_CHUNKS (1|2) for its decode
-// kernels. Other values are ignored.
+// NBITS_DECODE_CLUSTER_K (1|2|4), NBITS_DECODE_CHUNKS (1|2) and
+// NBITS_DECODE_STAGE_META (0|1) for its decode kernels. Other values are
+// ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
 inline constexpr const char* kDownColumnsAliasEnv = "ONNX_GENAI_DOWN_COLS";
