@@ -1246,12 +1246,16 @@ __device__ __forceinline__ void tc_load(TcFrag<NSETS>& f, u32 stage, const Weigh
             const bool row_ok = FULL || ((rows_ok >> jh) & 1u);
             const int blk0 = scale_block(step, r, t, 0);
             const bool ok = row_ok && (!TAIL || scale_in_k(step, r, t, 0));
-            const Weights& ws = (NSETS == 1 || set == 0) ? w[0] : w[NSETS - 1];
+            // The set's pointers selected by value: where the set depends on the lane (two sets of two slots),
+            // a selected reference would index w at run time and put it in local memory.
+            const bool first = NSETS == 1 || set == 0;
+            const scale_raw_t* set_scales = first ? w[0].s : w[NSETS - 1].s;
+            const u8* set_zp = first ? w[0].z : w[NSETS - 1].z;
             const u32 at = meta_address_of<NSETS>(stage, slot, g);
-            const scale_raw_t* s = ws.s + row * kKBlocks + blk0;
+            const scale_raw_t* s = set_scales + row * kKBlocks + blk0;
             cp_async8(at, ok ? (const void*)s : (const void*)b[0], ok ? 8 : 0);
             if constexpr (kHasZp) {
-                const u8* z = ws.z + row * kZpRowBytes + (zero_point_byte(blk0) & ~3);
+                const u8* z = set_zp + row * kZpRowBytes + (zero_point_byte(blk0) & ~3);
                 cp_async4(at + 8, ok ? (const void*)z : (const void*)b[0], ok ? 4 : 0);
             }
         }
