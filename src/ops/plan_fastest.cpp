@@ -823,13 +823,14 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     // staged, us): fp16 Llama-3-8B down 11.66 -> 10.90, o 5.05 -> 4.79, Qwen2.5-7B down 14.23 -> 13.70, Llama-3-70B qkv
     // 16.46 -> 16.23, o 11.92 -> 11.75, the paired 8B gate/up 22.24 -> 21.35 and Qwen2.5-7B 25.03 -> 24.02; with zero
     // points 8B down 15.26 -> 12.84, 70B down 48.17 -> 42.24, lm_head 102.74 -> 93.35, 70B qkv 21.52 -> 20.11; bf16 70B
-    // qkv 18.10 -> 17.35, down 39.43 -> 38.03, the paired 8B gate/up 23.14 -> 21.04. Slower on the o projections of
-    // Phi-3.5 (3.95 -> 4.04) and Qwen2.5-7B (4.57 -> 4.65), on the paired node with zero points (70B gate/up 97.48 ->
-    // 118.07, 8B 29.11 -> 33.01) or one chunk a lane (Phi-3.5 gate/up 10.16 -> 13.94, Qwen2.5-0.5B 3.91 -> 5.21), and
-    // at M = 8 on 12 of 21 nodes (8B qkv 7.27 -> 8.14, Phi-3.5 o 4.49 -> 5.19). With zero points at M = 8 (another
-    // call) every down projection gained (8B 17.66 -> 15.93, Qwen2.5-7B 21.87 -> 19.87, Phi-3.5 10.81 -> 10.37, 70B
-    // 48.93 -> 47.60) while most other nodes lost (the paired 8B gate/up 29.41 -> 34.08, 8B qkv 8.10 -> 8.55, Phi-3.5 o
-    // 4.80 -> 5.46); M = 2..7 were not measured, M = 9..16 moved by -4..+5% with no rule (lm_head 150.68 -> 145.61).
+    // qkv 18.10 -> 17.35, down 39.43 -> 38.03, the paired 8B gate/up 23.14 -> 21.04. Slower by up to 2.4% on 7 of the
+    // other 15 unpaired nodes (Phi-3.5 o 3.95 -> 4.04, Qwen2.5-7B o 4.57 -> 4.65; bf16 up to 4%), on the paired node
+    // with zero points (70B gate/up 97.48 -> 118.07, 8B 29.11 -> 33.01) or one chunk a lane (Phi-3.5 gate/up 10.16 ->
+    // 13.94, Qwen2.5-0.5B 3.91 -> 5.21), and at M = 8 on 14 of 21 nodes (8B qkv 7.27 -> 8.14, Phi-3.5 o 4.49 -> 5.19).
+    // With zero points at M = 8 (another call) every down projection gained (8B 17.66 -> 15.93, Qwen2.5-7B 21.87 ->
+    // 19.87, Phi-3.5 10.81 -> 10.37, 70B 48.93 -> 47.60) while most other nodes lost (the paired 8B gate/up 29.41 ->
+    // 34.08, 8B qkv 8.10 -> 8.55, Phi-3.5 o 4.80 -> 5.46); M = 2..7 were not measured, M = 9..16 moved by -4..+5% with
+    // no rule (lm_head 150.68 -> 145.61).
     const std::size_t chunk_codes = config.bits == 4 ? 32 : 16;
     const bool f32_scales = fastest.operands.scale_type == DataType::Float32;
     const bool has_zp = fastest.operands.has_zero_points();
