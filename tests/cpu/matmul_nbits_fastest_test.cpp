@@ -940,6 +940,49 @@ TEST_CASE("Fastest decode stages the scales and zero points at M = 1 where the k
     CHECK(defines(test::kernel_step(staged(fastest(node(4224, 14336), rows(1))).plan(), 0), "NBITS_STAGE_META=1"));
 }
 
+TEST_CASE("the decode kernels with staged scales keep their pointers in registers: no stack frame, no spills "
+          "(ptxas report, sm_90)")
+{
+    // The planned staged kernels and the two forced ones whose weight set depends on the lane (two sets of one
+    // tile and one chunk: each lane of a quad copies one set's slot), which once picked the set's pointers through
+    // a reference that ptxas kept in local memory.
+    auto staged = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::decode_stage_meta, 1); };
+    auto paired = [](std::size_t k, std::size_t n, const test::Shapes& shapes) {
+        return fastest(test::marked(node(k, n), kGateUpSwigluAttr), shapes);
+    };
+    test::Shapes zp1 = rows(1);
+    zp1.zero_points = true;
+    test::Shapes zp8 = rows(8);
+    zp8.zero_points = true;
+    struct Staged {
+        const char* name;
+        test::Problem problem;
+    };
+    const std::vector<Staged> cases = {
+        {"lm_head, zero points, M = 1", fastest(node(4096, 128256), zp1)},
+        {"down projection, zero points, M = 8", fastest(node(14336, 4096), zp8)},
+        {"paired gate/up, two chunks, M = 1", paired(4096, 14336, rows(1))},
+        {"paired gate/up, zero points, one chunk, forced", staged(paired(8192, 28672, zp1))},
+        {"paired gate/up, K = 3072, one chunk, forced", staged(paired(3072, 8192, rows(1)))},
+    };
+    for (const Staged& k : cases) {
+        CAPTURE(k.name);
+        const KernelStep step = test::kernel_step(k.problem.plan(), 0);
+        REQUIRE(defines(step, "NBITS_STAGE_META=1"));
+        jit::CompileRequest request;
+        request.source = &kernels::source_of_entry(step.entry);
+        request.entries = {step.entry};
+        request.defines = step.defines;
+        request.target = jit::Target::cubin(9, 0);
+        request.assembler_report = true;
+        const jit::CompiledImage image = jit::compile(request);
+        INFO(image.log);
+        CHECK(image.log.find("Used ") != std::string::npos);  // the report is there
+        CHECK(image.log.find(" 0 bytes stack frame") != std::string::npos);
+        CHECK(image.log.find(" 0 bytes spill stores") != std::string::npos);
+    }
+}
+
 TEST_CASE("Fastest decode's ring depth follows NBITS_DECODE_STAGES (2..4)")
 {
     auto stages = [](const char* value) {
