@@ -1091,14 +1091,16 @@ __device__ __forceinline__ void ldmatrix_x4(u32 row, u32 (&q)[4])
 template <int BYTES>
 __device__ __forceinline__ void ld_shared_words(u32 address, u32 (&out)[BYTES / 4])
 {
-    static_assert(BYTES == 8 || BYTES == 16, "8 or 16 bytes");
+    static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "4, 8 or 16 bytes");
     if constexpr (BYTES == 16) {
         asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
                      : "=r"(out[0]), "=r"(out[1]), "=r"(out[2]), "=r"(out[3])
                      : "r"(address)
                      : "memory");
-    } else {
+    } else if constexpr (BYTES == 8) {
         asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(out[0]), "=r"(out[1]) : "r"(address) : "memory");
+    } else {
+        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(out[0]) : "r"(address) : "memory");
     }
 }
 
@@ -1368,14 +1370,11 @@ template <int NSETS>
 __device__ __forceinline__ void load_staged_meta(u32 stage, int slot, int g, int blk0, u32 (&s)[kScaleRegs], u32& z)
 {
     const u32 at = meta_address_of<NSETS>(stage, slot, g);
-    u32 words[2];
-    ld_shared_words<8>(at, words);
-    s[0] = words[0];
-    s[1] = words[1];
+    ld_shared_words<8>(at, s);
     if constexpr (kHasZp) {
-        u32 word;
-        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(word) : "r"(at + 8) : "memory");
-        z = word >> (8 * (zero_point_byte(blk0) & 3));
+        u32 word[1];
+        ld_shared_words<4>(at + 8, word);
+        z = word[0] >> (8 * (zero_point_byte(blk0) & 3));
     }
 }
 template <int NSETS>
