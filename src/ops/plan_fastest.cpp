@@ -817,25 +817,30 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
         fastest.m == 1 ? step * 2 : 8 * static_cast<std::size_t>(m_tiles) * (step * 2 + 8 * word_codes);
     // Scales and zero points through the ring (kStageMeta in matmul_decode.cu), 8 rows of 16 bytes a slot and stage,
     // where the kernel can (exact mode with four 16-bit scales a chunk index: int4 block 32, int8 block 16; K blocks a
-    // multiple of 4, zero-point rows of whole words): at M = 1 for one weight set, and for the paired node without zero
-    // points where a lane takes two chunks; at M = 2..8 for a down projection (one weight set, K > N) with zero points;
+    // multiple of 4, zero-point rows of whole words): at M = 1 for one weight set, and for the paired node with zero
+    // points or where a lane takes two chunks; at M = 2..8 for a down projection (one weight set, K > N) with zero points;
     // or as NBITS_DECODE_STAGE_META says. Measured on the H200 (int4 block 32, M = 1, one call, register loads ->
     // staged, us): fp16 Llama-3-8B down 11.66 -> 10.90, o 5.05 -> 4.79, Qwen2.5-7B down 14.23 -> 13.70, Llama-3-70B qkv
     // 16.46 -> 16.23, o 11.92 -> 11.75, the paired 8B gate/up 22.24 -> 21.35 and Qwen2.5-7B 25.03 -> 24.02; with zero
     // points 8B down 15.26 -> 12.84, 70B down 48.17 -> 42.24, lm_head 102.74 -> 93.35, 70B qkv 21.52 -> 20.11; bf16 70B
     // qkv 18.10 -> 17.35, down 39.43 -> 38.03, the paired 8B gate/up 23.14 -> 21.04. Slower by up to 2.4% on 7 of the
-    // other 15 unpaired nodes (Phi-3.5 o 3.95 -> 4.04, Qwen2.5-7B o 4.57 -> 4.65; bf16 up to 4%), on the paired node
-    // with zero points (70B gate/up 97.48 -> 118.07, 8B 29.11 -> 33.01) or one chunk a lane (Phi-3.5 gate/up 10.16 ->
-    // 13.94, Qwen2.5-0.5B 3.91 -> 5.21), and at M = 8 on 14 of 21 nodes (8B qkv 7.27 -> 8.14, Phi-3.5 o 4.49 -> 5.19).
-    // With zero points at M = 8 (another call) every down projection gained (8B 17.66 -> 15.93, Qwen2.5-7B 21.87 ->
-    // 19.87, Phi-3.5 10.81 -> 10.37, 70B 48.93 -> 47.60) while most other nodes lost (the paired 8B gate/up 29.41 ->
-    // 34.08, 8B qkv 8.10 -> 8.55, Phi-3.5 o 4.80 -> 5.46); M = 2..7 were not measured, M = 9..16 moved by -4..+5% with
-    // no rule (lm_head 150.68 -> 145.61).
+    // other 15 unpaired nodes (Phi-3.5 o 3.95 -> 4.04, Qwen2.5-7B o 4.57 -> 4.65; bf16 up to 4%), and at M = 8 on 14
+    // of 21 nodes (8B qkv 7.27 -> 8.14, Phi-3.5 o 4.49 -> 5.19). The paired node with zero points, once its lane-
+    // dependent weight set kept the set's pointers in registers (no stack frame), gained at M = 1 (one call on commit
+    // 3312b93, fp16 / bf16): 70B gate/up 97.37 -> 86.94 / 102.03 -> 92.27, 8B 29.13 -> 24.93 / 30.45 -> 25.01,
+    // Qwen2.5-7B 32.62 -> 26.63 / 34.02 -> 27.81, Phi-3.5 13.08 -> 11.78 / 13.89 -> 12.18, Qwen2.5-0.5B 4.38 -> 4.37;
+    // the symmetric paired node of one chunk a lane did not (Phi-3.5 10.11 -> 10.02, Qwen2.5-0.5B 3.91 -> 4.57), nor
+    // the paired node with zero points at M = 2..8 (8B gate/up 28.49 -> 28.70 at M = 2, Phi-3.5 12.63 -> 13.18).
+    // With zero points at M = 2..8 every down projection gained but Phi-3.5's at M = 4 (same call, unstaged ->
+    // staged: 8B 16.23 / 16.31 / 17.66 -> 15.04 / 15.21 / 15.89 at M = 2 / 4 / 8, Qwen2.5-7B 19.62 / 20.11 / 21.71 ->
+    // 17.93 / 18.50 / 19.76, 70B 46.21 / 46.94 / 48.86 -> 46.03 / 46.68 / 47.49, Phi-3.5 9.78 / 9.95 / 10.79 -> 9.53 /
+    // 10.00 / 10.33) while most other nodes lost (an earlier call at M = 8: 8B qkv 8.10 -> 8.55, Phi-3.5 o 4.80 ->
+    // 5.46); M = 9..16 moved by -4..+5% with no rule (lm_head 150.68 -> 145.61).
     const std::size_t chunk_codes = config.bits == 4 ? 32 : 16;
     const bool f32_scales = fastest.operands.scale_type == DataType::Float32;
     const bool has_zp = fastest.operands.has_zero_points();
     const std::optional<int> forced_stage_meta = fastest.request.context.overrides.decode_stage_meta;
-    const bool stage_meta_pays = (fastest.m == 1 && (sets == 1 || (!has_zp && geometry.chunks == 2))) ||
+    const bool stage_meta_pays = (fastest.m == 1 && (sets == 1 || has_zp || geometry.chunks == 2)) ||
                                  (m_tiles == 1 && sets == 1 && has_zp && config.k > config.n);
     geometry.stage_meta = (forced_stage_meta ? *forced_stage_meta == 1 : stage_meta_pays) &&
                           config.block_size == chunk_codes && !f32_scales && config.k_blocks() % 4 == 0 &&
