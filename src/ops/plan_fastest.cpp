@@ -807,9 +807,26 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     // paired 70B gate/up 91.2 -> 98.3, 70B qkv 20.9 -> 22.4, lm_head 100.8 -> 102.9).
     // Two batch tiles (M = 9..16) are staged only when NBITS_DECODE_STAGE_ACTS=1 asks, then with as few CTAs an SM
     // as their rows leave room for.
+    // At M = 2..8 the rows of A pay together with the scales (see stage_meta below), not alone, where a lane takes
+    // one chunk of int4 codes: for two tiles of one weight set, and for the paired node up to K = 4096 (int8 not
+    // measured). Measured on the H200 (fp16
+    // int4 block 32, one call on commit 3a9cc13, plan -> rows of A alone / scales alone / both, M = 2 and 8, us):
+    // Llama-3-70B qkv 19.05 -> 19.63 / 18.13 / 17.52 and 20.02 -> 20.16 / 19.18 / 18.34, o 14.19 -> 13.94 / 14.28 /
+    // 12.50 and 14.43 -> 14.30 / 14.83 / 12.99, down 41.41 -> 41.34 / 41.09 / 37.47 and 42.47 -> 41.85 / 42.62 /
+    // 39.23, Phi-3.5 qkv 9.05 -> 9.10 / 8.90 / 8.11 and 9.39 -> 9.27 / 9.42 / 8.24, the paired Phi-3.5 gate/up 11.43
+    // -> 12.06 / 12.04 / 10.66 and 11.76 -> 12.12 / 12.43 / 10.82, lm_head 86.81 -> 92.33 / 87.70 / 87.23 and 93.62
+    // -> 95.71 / 93.49 / 91.37; with zero points (plan -> both) 70B qkv 22.37 -> 20.83 and 23.90 -> 22.34, Phi-3.5
+    // qkv 10.12 -> 8.86 and 10.33 -> 9.10, the paired Qwen2.5-7B gate/up 32.05 -> 29.38 and 33.16 -> 30.02, Llama-3-8B
+    // 28.48 -> 25.82 and 29.44 -> 29.38, but Llama-3-70B (K = 8192) 93.41 -> 96.83 and 99.06 -> 100.41. Elsewhere
+    // both lost: one tile of one chunk at 1.5x the CTAs (Llama-3-8B qkv 7.04 -> 7.12 and 7.24 -> 8.00), and where a
+    // lane takes two chunks, the scales alone (Llama-3-8B o 5.08 -> 5.91, Phi-3.5 o 4.48 -> 5.20 at M = 8).
+    const bool stage_rows_and_meta_pay =
+        config.bits == 4 && fastest.m > 1 && m_tiles == 1 && geometry.chunks == 1 &&
+        (paired ? config.k <= 4096 : geometry.tiles == 2);
     const std::optional<int> forced_stage_acts = fastest.request.context.overrides.decode_stage_acts;
-    const bool stage_acts_pays =
-        fastest.m == 1 || (m_tiles == 1 && !paired && geometry.tiles == 1 && config.k >= config.n);
+    const bool stage_acts_pays = fastest.m == 1 ||
+                                 (m_tiles == 1 && !paired && geometry.tiles == 1 && config.k >= config.n) ||
+                                 stage_rows_and_meta_pay;
     geometry.stage_acts =
         !rms && config.k % 8 == 0 && (forced_stage_acts ? *forced_stage_acts == 1 : stage_acts_pays);
     const std::size_t word_codes = config.bits == 4 ? 8 : 4;
@@ -818,8 +835,9 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     // Scales and zero points through the ring (kStageMeta in matmul_decode.cu), 8 rows of 16 bytes a slot and stage,
     // where the kernel can (exact mode with four 16-bit scales a chunk index: int4 block 32, int8 block 16; K blocks a
     // multiple of 4, zero-point rows of whole words): at M = 1 for one weight set, and for the paired node with zero
-    // points or where a lane takes two chunks; at M = 2..8 for a down projection (one weight set, K > N) with zero points;
-    // or as NBITS_DECODE_STAGE_META says. Measured on the H200 (int4 block 32, M = 1, one call, register loads ->
+    // points or where a lane takes two chunks; at M = 2..8 for a down projection (one weight set, K > N) with zero points,
+    // and with the rows of A where those are staged for their pairing (stage_rows_and_meta_pay, above); or as
+    // NBITS_DECODE_STAGE_META says. Measured on the H200 (int4 block 32, M = 1, one call, register loads ->
     // staged, us): fp16 Llama-3-8B down 11.66 -> 10.90, o 5.05 -> 4.79, Qwen2.5-7B down 14.23 -> 13.70, Llama-3-70B qkv
     // 16.46 -> 16.23, o 11.92 -> 11.75, the paired 8B gate/up 22.24 -> 21.35 and Qwen2.5-7B 25.03 -> 24.02; with zero
     // points 8B down 15.26 -> 12.84, 70B down 48.17 -> 42.24, lm_head 102.74 -> 93.35, 70B qkv 21.52 -> 20.11; bf16 70B
@@ -840,8 +858,9 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     const bool f32_scales = fastest.operands.scale_type == DataType::Float32;
     const bool has_zp = fastest.operands.has_zero_points();
     const std::optional<int> forced_stage_meta = fastest.request.context.overrides.decode_stage_meta;
-    const bool stage_meta_pays = (fastest.m == 1 && (sets == 1 || has_zp || geometry.chunks == 2)) ||
+    const bool meta_alone_pays = (fastest.m == 1 && (sets == 1 || has_zp || geometry.chunks == 2)) ||
                                  (m_tiles == 1 && sets == 1 && has_zp && config.k > config.n);
+    const bool stage_meta_pays = meta_alone_pays || (stage_rows_and_meta_pay && geometry.stage_acts);
     geometry.stage_meta = (forced_stage_meta ? *forced_stage_meta == 1 : stage_meta_pays) &&
                           config.block_size == chunk_codes && !f32_scales && config.k_blocks() % 4 == 0 &&
                           (!has_zp || config.zp_row_bytes() % 4 == 0);
@@ -857,6 +876,10 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     // A device with too little shared memory for the staged rows loads them as it computes.
     if (geometry.stage_acts && !fits(m_tiles == 2 ? 1 : base_blocks, geometry.tiles)) {
         geometry.stage_acts = false;
+        // The scales staged only for their measured pairing with the rows load as they compute too.
+        if (!forced_stage_meta && !meta_alone_pays) {
+            geometry.stage_meta = false;
+        }
     }
     if (geometry.tiles == 2 && !fits(base_blocks, 2)) {
         geometry.tiles = 1;

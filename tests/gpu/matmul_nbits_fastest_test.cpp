@@ -764,6 +764,37 @@ TEST_CASE("decode with each step's scales and zero points staged with its weight
     check_decode_nodes(make_nodes(decode, 0xc4c50000ull));
 }
 
+TEST_CASE("decode with the rows of A and the scales staged together (the plan at M = 2..8 for two column tiles and "
+          "the paired node of one chunk) meets the float64 oracle")
+{
+    // Every decode case at K = 4096 with both forced, and the nodes the plan stages both on by itself: two tiles of
+    // one weight set (N = 8192, so that the 32-column groups fill the SMs) and the paired node up to K = 4096, at
+    // M = 2 and 8, fp16 and bf16, with and without zero points, bias and folded bias; check_decode_define confirms
+    // the plan's choice.
+    std::vector<FastestCase> planned;
+    std::uint64_t seed = 0xc6c60000ull;
+    for (const DataType activation : {DataType::Float16, DataType::BFloat16}) {
+        for (const std::size_t m : {std::size_t{2}, std::size_t{8}}) {
+            const bool zp = m == 8;
+            planned.push_back(feature_case(activation, m, 4, 32, zp, zp ? Bias::Folded : Bias::Plain, false, false,
+                                           8192, 1024));
+            planned.push_back(feature_case(activation, m, 4, 32, !zp, Bias::None, false, true, 1000, 3072));
+        }
+    }
+    const std::vector<FastestNode> planned_nodes = make_nodes(planned, seed);
+    check_decode_define(planned_nodes, "NBITS_STAGE_ACTS=1", true);
+    check_decode_define(planned_nodes, "NBITS_STAGE_META=1", true);
+    check_decode_nodes(planned_nodes);
+    const ScopedEnv acts(ops::kDecodeStageActsEnv, std::string("1"));
+    const ScopedEnv meta(ops::kDecodeStageMetaEnv, std::string("1"));
+    std::vector<FastestCase> decode;
+    for (FastestCase c : decode_cases()) {
+        c.k = 4096;
+        decode.push_back(c);
+    }
+    check_decode_nodes(make_nodes(decode, seed + planned.size()));
+}
+
 TEST_CASE("a Fastest run writes every element of Y, also for outputs that are not a whole tile")
 {
     for (const std::size_t m : {std::size_t{1}, std::size_t{7}, std::size_t{19}, std::size_t{150}}) {
