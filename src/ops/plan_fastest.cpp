@@ -799,71 +799,13 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     if (forced_tiles) {
         geometry.tiles = paired ? 1 : *forced_tiles;
     }
-    // Rows of A staged with the weights (M <= 8, see kActRowStride in matmul_decode.cu): the single row, or the 8
-    // rows of the batch tile, each padded by the 8 * word codes its quads read. Measured on the H200 against
-    // loading them as each step is computed (same run): M = 1 faster on every node (lm_head 80.7 -> 79.5 us,
-    // Llama-3-70B down 41.5 -> 39.4, 70B qkv 18.6 -> 16.7, 8B down 13.4 -> 11.6); at M = 8 faster where one
-    // weight set of one tile meets a K >= N (8B down 16.3 -> 15.6, 8B o 6.25 -> 5.76), slower elsewhere (the
-    // paired 70B gate/up 91.2 -> 98.3, 70B qkv 20.9 -> 22.4, lm_head 100.8 -> 102.9).
-    // Two batch tiles (M = 9..16) are staged only when NBITS_DECODE_STAGE_ACTS=1 asks, then with as few CTAs an SM
-    // as their rows leave room for.
-    // At M = 2..8 the rows of A pay together with the scales (see stage_meta below), not alone, where a lane takes
-    // one chunk of int4 codes: for two tiles of one weight set, and for the paired node up to K = 4096 (int8 not
-    // measured). Measured on the H200 (fp16
-    // int4 block 32, one call on commit 3a9cc13, plan -> rows of A alone / scales alone / both, M = 2 and 8, us):
-    // Llama-3-70B qkv 19.05 -> 19.63 / 18.13 / 17.52 and 20.02 -> 20.16 / 19.18 / 18.34, o 14.19 -> 13.94 / 14.28 /
-    // 12.50 and 14.43 -> 14.30 / 14.83 / 12.99, down 41.41 -> 41.34 / 41.09 / 37.47 and 42.47 -> 41.85 / 42.62 /
-    // 39.23, Phi-3.5 qkv 9.05 -> 9.10 / 8.90 / 8.11 and 9.39 -> 9.27 / 9.42 / 8.24, the paired Phi-3.5 gate/up 11.43
-    // -> 12.06 / 12.04 / 10.66 and 11.76 -> 12.12 / 12.43 / 10.82, lm_head 86.81 -> 92.33 / 87.70 / 87.23 and 93.62
-    // -> 95.71 / 93.49 / 91.37; with zero points (plan -> both) 70B qkv 22.37 -> 20.83 and 23.90 -> 22.34, Phi-3.5
-    // qkv 10.12 -> 8.86 and 10.33 -> 9.10, the paired Qwen2.5-7B gate/up 32.05 -> 29.38 and 33.16 -> 30.02, Llama-3-8B
-    // 28.48 -> 25.82 and 29.44 -> 29.38, but Llama-3-70B (K = 8192) 93.41 -> 96.83 and 99.06 -> 100.41. Elsewhere
-    // both lost: one tile of one chunk at 1.5x the CTAs (Llama-3-8B qkv 7.04 -> 7.12 and 7.24 -> 8.00), and where a
-    // lane takes two chunks, the scales alone (Llama-3-8B o 5.08 -> 5.91, Phi-3.5 o 4.48 -> 5.20 at M = 8).
-    const bool stage_rows_and_meta_pay =
-        config.bits == 4 && fastest.m > 1 && m_tiles == 1 && geometry.chunks == 1 &&
-        (paired ? config.k <= 4096 : geometry.tiles == 2);
-    const std::optional<int> forced_stage_acts = fastest.request.context.overrides.decode_stage_acts;
-    const bool stage_acts_pays = fastest.m == 1 ||
-                                 (m_tiles == 1 && !paired && geometry.tiles == 1 && config.k >= config.n) ||
-                                 stage_rows_and_meta_pay;
-    geometry.stage_acts =
-        !rms && config.k % 8 == 0 && (forced_stage_acts ? *forced_stage_acts == 1 : stage_acts_pays);
     const std::size_t word_codes = config.bits == 4 ? 8 : 4;
     const std::size_t act_stage_bytes =
         fastest.m == 1 ? step * 2 : 8 * static_cast<std::size_t>(m_tiles) * (step * 2 + 8 * word_codes);
-    // Scales and zero points through the ring (kStageMeta in matmul_decode.cu), 8 rows of 16 bytes a slot and stage,
-    // where the kernel can (exact mode with four 16-bit scales a chunk index: int4 block 32, int8 block 16; K blocks a
-    // multiple of 4, zero-point rows of whole words): at M = 1 for one weight set, and for the paired node with zero
-    // points or where a lane takes two chunks; at M = 2..8 for a down projection (one weight set, K > N) with zero points,
-    // and with the rows of A where those are staged for their pairing (stage_rows_and_meta_pay, above); or as
-    // NBITS_DECODE_STAGE_META says. Measured on the H200 (int4 block 32, M = 1, one call, register loads ->
-    // staged, us): fp16 Llama-3-8B down 11.66 -> 10.90, o 5.05 -> 4.79, Qwen2.5-7B down 14.23 -> 13.70, Llama-3-70B qkv
-    // 16.46 -> 16.23, o 11.92 -> 11.75, the paired 8B gate/up 22.24 -> 21.35 and Qwen2.5-7B 25.03 -> 24.02; with zero
-    // points 8B down 15.26 -> 12.84, 70B down 48.17 -> 42.24, lm_head 102.74 -> 93.35, 70B qkv 21.52 -> 20.11; bf16 70B
-    // qkv 18.10 -> 17.35, down 39.43 -> 38.03, the paired 8B gate/up 23.14 -> 21.04. Slower by up to 2.4% on 7 of the
-    // other 15 unpaired nodes (Phi-3.5 o 3.95 -> 4.04, Qwen2.5-7B o 4.57 -> 4.65; bf16 up to 4%), and at M = 8 on 14
-    // of 21 nodes (8B qkv 7.27 -> 8.14, Phi-3.5 o 4.49 -> 5.19). The paired node with zero points, once its lane-
-    // dependent weight set kept the set's pointers in registers (no stack frame), gained at M = 1 (one call on commit
-    // 3312b93, fp16 / bf16): 70B gate/up 97.37 -> 86.94 / 102.03 -> 92.27, 8B 29.13 -> 24.93 / 30.45 -> 25.01,
-    // Qwen2.5-7B 32.62 -> 26.63 / 34.02 -> 27.81, Phi-3.5 13.08 -> 11.78 / 13.89 -> 12.18, Qwen2.5-0.5B 4.38 -> 4.37;
-    // the symmetric paired node of one chunk a lane did not (Phi-3.5 10.11 -> 10.02, Qwen2.5-0.5B 3.91 -> 4.57), nor
-    // the paired node with zero points at M = 2..8 (8B gate/up 28.49 -> 28.70 at M = 2, Phi-3.5 12.63 -> 13.18).
-    // With zero points at M = 2..8 every down projection gained but Phi-3.5's at M = 4 (same call, unstaged ->
-    // staged: 8B 16.23 / 16.31 / 17.66 -> 15.04 / 15.21 / 15.89 at M = 2 / 4 / 8, Qwen2.5-7B 19.62 / 20.11 / 21.71 ->
-    // 17.93 / 18.50 / 19.76, 70B 46.21 / 46.94 / 48.86 -> 46.03 / 46.68 / 47.49, Phi-3.5 9.78 / 9.95 / 10.79 -> 9.53 /
-    // 10.00 / 10.33) while most other nodes lost (an earlier call at M = 8: 8B qkv 8.10 -> 8.55, Phi-3.5 o 4.80 ->
-    // 5.46); M = 9..16 moved by -4..+5% with no rule (lm_head 150.68 -> 145.61).
     const std::size_t chunk_codes = config.bits == 4 ? 32 : 16;
     const bool f32_scales = fastest.operands.scale_type == DataType::Float32;
     const bool has_zp = fastest.operands.has_zero_points();
-    const std::optional<int> forced_stage_meta = fastest.request.context.overrides.decode_stage_meta;
-    const bool meta_alone_pays = (fastest.m == 1 && (sets == 1 || has_zp || geometry.chunks == 2)) ||
-                                 (m_tiles == 1 && sets == 1 && has_zp && config.k > config.n);
-    const bool stage_meta_pays = meta_alone_pays || (stage_rows_and_meta_pay && geometry.stage_acts);
-    geometry.stage_meta = (forced_stage_meta ? *forced_stage_meta == 1 : stage_meta_pays) &&
-                          config.block_size == chunk_codes && !f32_scales && config.k_blocks() % 4 == 0 &&
-                          (!has_zp || config.zp_row_bytes() % 4 == 0);
+    // The shared memory of a CTA and the CTAs an SM, as staged so far (nothing yet while the staging is chosen).
     auto shared = [&](int tiles) {
         const std::size_t meta_bytes =
             geometry.stage_meta ? std::size_t(sets) * tiles * geometry.chunks * 2 * 8 * 16 : 0;
@@ -873,17 +815,6 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     auto fits = [&](std::uint32_t blocks, int tiles) {
         return resident_on_sm(device, blocks, shared(tiles));
     };
-    // A device with too little shared memory for the staged rows loads them as it computes.
-    if (geometry.stage_acts && !fits(m_tiles == 2 ? 1 : base_blocks, geometry.tiles)) {
-        geometry.stage_acts = false;
-        // The scales staged only for their measured pairing with the rows load as they compute too.
-        if (!forced_stage_meta && !meta_alone_pays) {
-            geometry.stage_meta = false;
-        }
-    }
-    if (geometry.tiles == 2 && !fits(base_blocks, 2)) {
-        geometry.tiles = 1;
-    }
     // CTAs per SM for `tiles` of `col_warps` warps across the columns: base_blocks (fewer where shared memory is
     // short), or with one column warp 1.5x that where it costs fewer CTA rounds times CTAs per SM (the time of a
     // round grows with the CTAs sharing an SM). Two column warps keep base_blocks: Qwen2.5-7B up (3584 x 18944),
@@ -916,6 +847,85 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
         }
         return Blocks{blocks, cost(blocks)};
     };
+    // Whether two column warps' wider groups cost no more CTA rounds times columns than one warp's.
+    auto two_col_warps_pay = [&](int tiles) {
+        return 2 * choose_blocks(tiles, 2).cost <= choose_blocks(tiles, 1).cost;
+    };
+    // Rows of A staged with the weights (M <= 8, see kActRowStride in matmul_decode.cu): the single row, or the 8
+    // rows of the batch tile, each padded by the 8 * word codes its quads read. Measured on the H200 against
+    // loading them as each step is computed (same run): M = 1 faster on every node (lm_head 80.7 -> 79.5 us,
+    // Llama-3-70B down 41.5 -> 39.4, 70B qkv 18.6 -> 16.7, 8B down 13.4 -> 11.6); at M = 8 faster where one
+    // weight set of one tile meets a K >= N (8B down 16.3 -> 15.6, 8B o 6.25 -> 5.76), slower elsewhere (the
+    // paired 70B gate/up 91.2 -> 98.3, 70B qkv 20.9 -> 22.4, lm_head 100.8 -> 102.9).
+    // Two batch tiles (M = 9..16) are staged only when NBITS_DECODE_STAGE_ACTS=1 asks, then with as few CTAs an SM
+    // as their rows leave room for.
+    // At M = 2..8 the rows of A pay together with the scales (see stage_meta below), not alone, where a lane takes
+    // one chunk of int4 codes: for two tiles of one weight set where two column warps (which need A loaded as
+    // computed) do not pay, and for the paired node up to K = 4096 (int8 not measured). Measured on the H200 (fp16
+    // int4 block 32, one call on commit 3a9cc13, plan -> rows of A alone / scales alone / both, M = 2 and 8, us):
+    // Llama-3-70B qkv 19.05 -> 19.63 / 18.13 / 17.52 and 20.02 -> 20.16 / 19.18 / 18.34, o 14.19 -> 13.94 / 14.28 /
+    // 12.50 and 14.43 -> 14.30 / 14.83 / 12.99, down 41.41 -> 41.34 / 41.09 / 37.47 and 42.47 -> 41.85 / 42.62 /
+    // 39.23, Phi-3.5 qkv 9.05 -> 9.10 / 8.90 / 8.11 and 9.39 -> 9.27 / 9.42 / 8.24, the paired Phi-3.5 gate/up 11.43
+    // -> 12.06 / 12.04 / 10.66 and 11.76 -> 12.12 / 12.43 / 10.82, lm_head 86.81 -> 92.33 / 87.70 / 87.23 and 93.62
+    // -> 95.71 / 93.49 / 91.37; with zero points (plan -> both) 70B qkv 22.37 -> 20.83 and 23.90 -> 22.34, Phi-3.5
+    // qkv 10.12 -> 8.86 and 10.33 -> 9.10, the paired Qwen2.5-7B gate/up 32.05 -> 29.38 and 33.16 -> 30.02, Llama-3-8B
+    // 28.48 -> 25.82 and 29.44 -> 29.38, but Llama-3-70B (K = 8192) 93.41 -> 96.83 and 99.06 -> 100.41. Elsewhere
+    // both lost: one tile of one chunk at 1.5x the CTAs (Llama-3-8B qkv 7.04 -> 7.12 and 7.24 -> 8.00), and where a
+    // lane takes two chunks, the scales alone (Llama-3-8B o 5.08 -> 5.91, Phi-3.5 o 4.48 -> 5.20 at M = 8). In bf16
+    // (next call, the plan before -> this rule as first written, with lm_head) 70B qkv 19.54 -> 18.67 and 20.73 ->
+    // 19.35, o 14.27 -> 13.62 and 14.69 -> 14.03, Phi-3.5 qkv 9.48 -> 8.31 and 9.72 -> 8.46, gate/up 11.67 -> 11.29
+    // and 11.93 -> 11.50, but lm_head, whose plan takes two column warps there, 93.07 -> 96.19 and 98.81 -> 100.56:
+    // where two column warps pay (lm_head, Llama-3-8B and 70B up) A stays loaded as computed. Two-tile nodes of one
+    // column warp outside the sweep (Qwen2.5-7B up, its unpaired gate/up) take the rule unmeasured.
+    const bool stage_rows_and_meta_pay =
+        config.bits == 4 && fastest.m > 1 && m_tiles == 1 && geometry.chunks == 1 &&
+        (paired ? config.k <= 4096 : geometry.tiles == 2 && !two_col_warps_pay(geometry.tiles));
+    const std::optional<int> forced_stage_acts = fastest.request.context.overrides.decode_stage_acts;
+    const bool stage_acts_pays = fastest.m == 1 ||
+                                 (m_tiles == 1 && !paired && geometry.tiles == 1 && config.k >= config.n) ||
+                                 stage_rows_and_meta_pay;
+    geometry.stage_acts =
+        !rms && config.k % 8 == 0 && (forced_stage_acts ? *forced_stage_acts == 1 : stage_acts_pays);
+    // Scales and zero points through the ring (kStageMeta in matmul_decode.cu), 8 rows of 16 bytes a slot and stage,
+    // where the kernel can (exact mode with four 16-bit scales a chunk index: int4 block 32, int8 block 16; K blocks a
+    // multiple of 4, zero-point rows of whole words): at M = 1 for one weight set, and for the paired node with zero
+    // points or where a lane takes two chunks; at M = 2..8 for a down projection (one weight set, K > N) with zero points,
+    // and with the rows of A where those are staged for their pairing (stage_rows_and_meta_pay, above); or as
+    // NBITS_DECODE_STAGE_META says. Measured on the H200 (int4 block 32, M = 1, one call, register loads ->
+    // staged, us): fp16 Llama-3-8B down 11.66 -> 10.90, o 5.05 -> 4.79, Qwen2.5-7B down 14.23 -> 13.70, Llama-3-70B qkv
+    // 16.46 -> 16.23, o 11.92 -> 11.75, the paired 8B gate/up 22.24 -> 21.35 and Qwen2.5-7B 25.03 -> 24.02; with zero
+    // points 8B down 15.26 -> 12.84, 70B down 48.17 -> 42.24, lm_head 102.74 -> 93.35, 70B qkv 21.52 -> 20.11; bf16 70B
+    // qkv 18.10 -> 17.35, down 39.43 -> 38.03, the paired 8B gate/up 23.14 -> 21.04. Slower by up to 2.4% on 7 of the
+    // other 15 unpaired nodes (Phi-3.5 o 3.95 -> 4.04, Qwen2.5-7B o 4.57 -> 4.65; bf16 up to 4%), and at M = 8 on 14
+    // of 21 nodes (8B qkv 7.27 -> 8.14, Phi-3.5 o 4.49 -> 5.19). The paired node with zero points, once its lane-
+    // dependent weight set kept the set's pointers in registers (no stack frame), gained at M = 1 (one call on commit
+    // 3312b93, fp16 / bf16): 70B gate/up 97.37 -> 86.94 / 102.03 -> 92.27, 8B 29.13 -> 24.93 / 30.45 -> 25.01,
+    // Qwen2.5-7B 32.62 -> 26.63 / 34.02 -> 27.81, Phi-3.5 13.08 -> 11.78 / 13.89 -> 12.18, Qwen2.5-0.5B 4.38 -> 4.37;
+    // the symmetric paired node of one chunk a lane did not (Phi-3.5 10.11 -> 10.02, Qwen2.5-0.5B 3.91 -> 4.57), nor
+    // the paired node with zero points at M = 2..8 (8B gate/up 28.49 -> 28.70 at M = 2, Phi-3.5 12.63 -> 13.18).
+    // With zero points at M = 2..8 every down projection gained but Phi-3.5's at M = 4 (same call, unstaged ->
+    // staged: 8B 16.23 / 16.31 / 17.66 -> 15.04 / 15.21 / 15.89 at M = 2 / 4 / 8, Qwen2.5-7B 19.62 / 20.11 / 21.71 ->
+    // 17.93 / 18.50 / 19.76, 70B 46.21 / 46.94 / 48.86 -> 46.03 / 46.68 / 47.49, Phi-3.5 9.78 / 9.95 / 10.79 -> 9.53 /
+    // 10.00 / 10.33) while most other nodes lost (an earlier call at M = 8: 8B qkv 8.10 -> 8.55, Phi-3.5 o 4.80 ->
+    // 5.46); M = 9..16 moved by -4..+5% with no rule (lm_head 150.68 -> 145.61).
+    const std::optional<int> forced_stage_meta = fastest.request.context.overrides.decode_stage_meta;
+    const bool meta_alone_pays = (fastest.m == 1 && (sets == 1 || has_zp || geometry.chunks == 2)) ||
+                                 (m_tiles == 1 && sets == 1 && has_zp && config.k > config.n);
+    const bool stage_meta_pays = meta_alone_pays || (stage_rows_and_meta_pay && geometry.stage_acts);
+    geometry.stage_meta = (forced_stage_meta ? *forced_stage_meta == 1 : stage_meta_pays) &&
+                          config.block_size == chunk_codes && !f32_scales && config.k_blocks() % 4 == 0 &&
+                          (!has_zp || config.zp_row_bytes() % 4 == 0);
+    // A device with too little shared memory for the staged rows loads them as it computes.
+    if (geometry.stage_acts && !fits(m_tiles == 2 ? 1 : base_blocks, geometry.tiles)) {
+        geometry.stage_acts = false;
+        // The scales staged only for their measured pairing with the rows load as they compute too.
+        if (!forced_stage_meta && !meta_alone_pays) {
+            geometry.stage_meta = false;
+        }
+    }
+    if (geometry.tiles == 2 && !fits(base_blocks, 2)) {
+        geometry.tiles = 1;
+    }
     // Two batch tiles (M = 9..16): one column tile a CTA where its rounds cost less, a one-tile group taking 0.6
     // of a two-tile group's time (measured on the H200 at M = 16: lm_head 170.3 against 138.3 us for 31 against
     // 16 rounds, Llama-3-70B down 70.6 against 60.6 for 2 against 1). Llama-3-70B qkv (320 two-tile groups on
@@ -944,10 +954,7 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
         geometry.col_warps = std::min(*forced_col_warps, static_cast<int>(geometry.warps));
     } else {
         const bool loaded_as_computed = fastest.m > 1 && !geometry.stage_acts && geometry.warps >= 2;
-        geometry.col_warps = loaded_as_computed && (paired || m_tiles == 1) &&
-                                     2 * choose_blocks(geometry.tiles, 2).cost <= choose_blocks(geometry.tiles, 1).cost
-                                 ? 2
-                                 : 1;
+        geometry.col_warps = loaded_as_computed && (paired || m_tiles == 1) && two_col_warps_pay(geometry.tiles) ? 2 : 1;
     }
     const Blocks chosen = choose_blocks(geometry.tiles, geometry.col_warps);
     geometry.min_blocks = chosen.blocks;
