@@ -685,7 +685,12 @@ BenchOptions parse_options(int argc, char** argv)
     // Parse the shapes now, so that a bad one is a usage error, not a late failure.
     try {
         if (options.shapes().empty()) {
-            throw tools::UsageError("the options select no shapes (see --list)");
+            throw tools::UsageError(
+                options.sweep != Sweep::None
+                    ? fmt::format("the options select none of the {} sweep's nodes (see --list); for other nodes in "
+                                  "the sweep, name them with --shape (e.g. --shape up:4096,14336)",
+                                  to_string(options.sweep))
+                    : std::string("the options select no shapes (see --list)"));
         }
     } catch (const std::invalid_argument& error) {
         throw tools::UsageError(std::string("--shape: ") + error.what());

@@ -36,6 +36,12 @@ expect 2 "$bench" --plan --csv
 expect 2 "$bench" --host-overhead --sweep decode
 expect 2 "$bench" --quick --m 2
 expect 2 "$bench" --sweep prefill --model Qwen2.5-0.5B
+expect 2 "$bench" --sweep decode --proj up
+if ! grep -q -- "--shape up:" "$work/err"; then
+  echo "FAIL: a sweep filtered to none of its nodes does not point at --shape"
+  failed=1
+fi
+expect 0 "$bench" --plan --sweep decode --shape up:4096,14336 --m 2,8
 expect 0 "$bench" --plan --quick
 expect 0 "$bench" --plan --quick --json --out "$work/plans.json"
 expect 0 "$bench" --plan --sweep prefill --act bf16 --m 2,2048
