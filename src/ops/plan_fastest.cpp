@@ -872,7 +872,7 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     // 28.48 -> 25.82 and 29.44 -> 29.38, but Llama-3-70B (K = 8192) 93.41 -> 96.83 and 99.06 -> 100.41. Elsewhere
     // both lost: one tile of one chunk at 1.5x the CTAs (Llama-3-8B qkv 7.04 -> 7.12 and 7.24 -> 8.00), and where a
     // lane takes two chunks, the scales alone (Llama-3-8B o 5.08 -> 5.91, Phi-3.5 o 4.48 -> 5.20 at M = 8). In bf16
-    // (next call, the plan before -> this rule as first written, with lm_head) 70B qkv 19.54 -> 18.67 and 20.73 ->
+    // (next call, plan -> both, lm_head included) 70B qkv 19.54 -> 18.67 and 20.73 ->
     // 19.35, o 14.27 -> 13.62 and 14.69 -> 14.03, Phi-3.5 qkv 9.48 -> 8.31 and 9.72 -> 8.46, gate/up 11.67 -> 11.29
     // and 11.93 -> 11.50, but lm_head, whose plan takes two column warps there, 93.07 -> 96.19 and 98.81 -> 100.56:
     // where two column warps pay (lm_head, Llama-3-8B and 70B up) A stays loaded as computed. Two-tile nodes of one
@@ -897,9 +897,9 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     // points 8B down 15.26 -> 12.84, 70B down 48.17 -> 42.24, lm_head 102.74 -> 93.35, 70B qkv 21.52 -> 20.11; bf16 70B
     // qkv 18.10 -> 17.35, down 39.43 -> 38.03, the paired 8B gate/up 23.14 -> 21.04. Slower by up to 2.4% on 7 of the
     // other 15 unpaired nodes (Phi-3.5 o 3.95 -> 4.04, Qwen2.5-7B o 4.57 -> 4.65; bf16 up to 4%), and at M = 8 on 14
-    // of 21 nodes (8B qkv 7.27 -> 8.14, Phi-3.5 o 4.49 -> 5.19). The paired node with zero points, once its lane-
-    // dependent weight set kept the set's pointers in registers (no stack frame), gained at M = 1 (one call on commit
-    // 3312b93, fp16 / bf16): 70B gate/up 97.37 -> 86.94 / 102.03 -> 92.27, 8B 29.13 -> 24.93 / 30.45 -> 25.01,
+    // of 21 nodes (8B qkv 7.27 -> 8.14, Phi-3.5 o 4.49 -> 5.19). The paired node with zero points, whose kernel
+    // keeps the lane-dependent weight set's pointers in registers (no stack frame), gained at M = 1 (one call on
+    // commit 3312b93, fp16 / bf16): 70B gate/up 97.37 -> 86.94 / 102.03 -> 92.27, 8B 29.13 -> 24.93 / 30.45 -> 25.01,
     // Qwen2.5-7B 32.62 -> 26.63 / 34.02 -> 27.81, Phi-3.5 13.08 -> 11.78 / 13.89 -> 12.18, Qwen2.5-0.5B 4.38 -> 4.37;
     // the symmetric paired node of one chunk a lane did not (Phi-3.5 10.11 -> 10.02, Qwen2.5-0.5B 3.91 -> 4.57), nor
     // the paired node with zero points at M = 2..8 (8B gate/up 28.49 -> 28.70 at M = 2, Phi-3.5 12.63 -> 13.18).
@@ -911,17 +911,17 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     const std::optional<int> forced_stage_meta = fastest.request.context.overrides.decode_stage_meta;
     const bool meta_alone_pays = (fastest.m == 1 && (sets == 1 || has_zp || geometry.chunks == 2)) ||
                                  (m_tiles == 1 && sets == 1 && has_zp && config.k > config.n);
-    const bool stage_meta_pays = meta_alone_pays || (stage_rows_and_meta_pay && geometry.stage_acts);
-    geometry.stage_meta = (forced_stage_meta ? *forced_stage_meta == 1 : stage_meta_pays) &&
-                          config.block_size == chunk_codes && !f32_scales && config.k_blocks() % 4 == 0 &&
-                          (!has_zp || config.zp_row_bytes() % 4 == 0);
+    // The scales' staging follows the rows of A where it pays only beside them.
+    auto stage_meta = [&] {
+        const bool pays = meta_alone_pays || (stage_rows_and_meta_pay && geometry.stage_acts);
+        return (forced_stage_meta ? *forced_stage_meta == 1 : pays) && config.block_size == chunk_codes &&
+               !f32_scales && config.k_blocks() % 4 == 0 && (!has_zp || config.zp_row_bytes() % 4 == 0);
+    };
+    geometry.stage_meta = stage_meta();
     // A device with too little shared memory for the staged rows loads them as it computes.
     if (geometry.stage_acts && !fits(m_tiles == 2 ? 1 : base_blocks, geometry.tiles)) {
         geometry.stage_acts = false;
-        // The scales staged only for their measured pairing with the rows load as they compute too.
-        if (!forced_stage_meta && !meta_alone_pays) {
-            geometry.stage_meta = false;
-        }
+        geometry.stage_meta = stage_meta();
     }
     if (geometry.tiles == 2 && !fits(base_blocks, 2)) {
         geometry.tiles = 1;
