@@ -129,10 +129,50 @@ constexpr int kWgmmaProducerWarps = 4;
 // o (12.8 M); Phi-3.5-mini o (9.4 M) lost.
 constexpr std::size_t kSplitWgmmaMinWeights = 12000000;
 
+// Tiles of 128 weight rows for M = 12..32 (kWideTilesMinM..kWideTilesMaxM): each stage of 16 or 32 tokens feeds
+// twice the rows of the presets' 64, K split over two warps.
+constexpr PrefillTiles kWideSmallTiles{128, 16, 128, 4, 1, 2, 4, 2};
+constexpr std::size_t kWideTilesMinM = 12;
+constexpr std::size_t kWideTilesMaxM = 32;
+
+// Whether the fused GEMM on kWideSmallTiles beats the decode kernel (M = 12..16) and the preset's 64-row tiles
+// (M = 17..32): int4, symmetric, one weight set, no RMS-norm prologue, on sm_90, where the grid of 128-row
+// tiles (two CTAs an SM) either fills at least four fifths of one round or spans three rounds and more. Measured
+// on the H200 (fp16 int4 block 32, `nbits-bench --sweep decode --shape ...`, plan -> these tiles, same call, us):
+// lm_head 3584 x 152064 (4.5 rounds) M = 12 136.48 -> 123.39, M = 16 145.98 -> 124.97, M = 32 168.37 -> 149.75;
+// 4096 x 128256 (3.8) M = 16 136.48 -> 123.89, M = 32 170.80 -> 154.48 (bf16 M = 16 141.25 -> 125.77); 8192 x
+// 128256 M = 16 267.97 -> 248.91, M = 32 332.12 -> 299.65; 896 x 151936 M = 16 39.86 -> 33.52, M = 32 57.75 ->
+// 44.84; 3072 x 32064 (0.95) M = 16 29.16 -> 26.15, M = 32 35.45 -> 32.05; 4096 x 28672 (0.85) M = 16 37.23 ->
+// 34.59, M = 32 45.91 -> 42.19. Slower where the last round is partial: 8192 x 57344 (1.7 rounds) M = 16 122.43 ->
+// 126.10, M = 32 149.45 -> 154.69; 3584 x 37888 (1.12) M = 12 39.49 -> 41.84, M = 32 50.89 -> 54.41; and on every
+// node of fewer columns (Llama-3-8B down M = 16 19.81 -> 38.40, qkv 9.77 -> 15.00), at M = 9 (lm_head 118.38 ->
+// 121.55) and with zero points (lm_head M = 12 143.33 -> 148.33, M = 16 149.93 -> 149.51).
+bool wide_small_tiles_pay(const FastestRequest& fastest)
+{
+    const Capabilities& device = fastest.request.context.capabilities;
+    const MatMulNBitsConfig& config = fastest.request.config;
+    const DataType act = fastest.operands.activation_type;
+    if (device.compute_major != 9 || device.compute_minor != 0 || device.multiprocessor_count == 0 ||
+        fastest.up != nullptr || fastest.gamma != nullptr || fastest.operands.has_zero_points() ||
+        config.bits != 4 || (act != DataType::Float16 && act != DataType::BFloat16) ||
+        fastest.m < kWideTilesMinM || fastest.m > kWideTilesMaxM) {
+        return false;
+    }
+    const std::size_t slots = 2 * std::size_t{device.multiprocessor_count};
+    const std::size_t tiles = div_ceil(config.n, static_cast<std::size_t>(kWideSmallTiles.tile_n));
+    return tiles >= 3 * slots || (5 * tiles >= 4 * slots && tiles <= slots);
+}
+
 // The presets that measured fastest on an H200 by M (the harness of
 // matmul_prefill.cu), before the constraints of the node and the device.
-PrefillTiles preset_for(std::size_t m, std::size_t k)
+PrefillTiles preset_for(const FastestRequest& fastest, std::size_t m)
 {
+    const std::size_t k = fastest.request.config.k;
+    if (wide_small_tiles_pay(fastest)) {
+        PrefillTiles tiles = kWideSmallTiles;
+        tiles.tile_m = m <= 16 ? 16 : 32;
+        return tiles;
+    }
     if (m <= 16) {
         return {64, 16, 256, 4, 1, 2, 4, 1};
     }
@@ -369,7 +409,7 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
     const MatMulNBitsConfig& config = fastest.request.config;
     std::size_t shared_bytes = 0;
     std::optional<PrefillTiles> tiles =
-        fit_tiles(wgmma ? wgmma_tiles(fastest) : preset_for(rows, config.k), fastest, shared_bytes);
+        fit_tiles(wgmma ? wgmma_tiles(fastest) : preset_for(fastest, rows), fastest, shared_bytes);
     if (!tiles) {
         return std::nullopt;
     }
@@ -548,7 +588,7 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
     if (fastest.m <= 64 || sms == 0) {
         return true;
     }
-    return 2 * prefill_ctas(fastest, preset_for(fastest.m, fastest.request.config.k)) >= sms;
+    return 2 * prefill_ctas(fastest, preset_for(fastest, fastest.m)) >= sms;
 }
 
 // sm_90 (wgmma is arch-specific: compute 9.0 exactly) for 32 < M <= 256 when
@@ -1233,7 +1273,8 @@ bool plan_fastest(LaunchPlan& plan, const FastestRequest& fastest)
         if (fastest.operands.activation_type == DataType::Float32 && fastest.request.config.accuracy_level == 4) {
             return false;
         }
-        return plan_decode(plan, fastest);
+        // The fused GEMM's wide tiles where they measured faster and fit the device, else the decode kernel.
+        return (wide_small_tiles_pay(fastest) && plan_prefill(plan, fastest)) || plan_decode(plan, fastest);
     }
     // fp32 prefill keeps the original's paths.
     return fastest.operands.activation_type != DataType::Float32 && plan_prefill(plan, fastest);

@@ -98,6 +98,70 @@ TEST_CASE("Fastest prefill: the fused tensor-core GEMM up to M = 128, specialise
     CHECK(m64.config.dynamic_shared_bytes == 104448);
 }
 
+TEST_CASE("Fastest on sm_90 at M = 12..32: the fused GEMM's 128-row tiles where their grid fills a round or spans three")
+{
+    auto tiles_of = [](const test::Problem& problem) {
+        const LaunchPlan plan = problem.plan();
+        const KernelStep& step = test::kernel_step(plan, 0);
+        if (step.entry != "nbits_prefill_gemm") {
+            return step.entry;
+        }
+        for (const char* tiles : {"NBITS_TILE_N=128", "NBITS_TILE_N=64"}) {
+            if (defines(step, tiles)) {
+                return std::string(tiles) + (defines(step, "NBITS_TILE_M=16") ? " x 16" : " x 32");
+            }
+        }
+        return std::string("other tiles");
+    };
+    // lm_head (1002 tiles of 128 rows: 3.8 rounds of 264 CTAs) from M = 12, the decode kernel below.
+    CHECK(tiles_of(fastest(node(4096, 128256), rows(9))) == "nbits_decode_matmul");
+    CHECK(tiles_of(fastest(node(4096, 128256), rows(11))) == "nbits_decode_matmul");
+    for (const std::size_t m : {12, 16}) {
+        CAPTURE(m);
+        const test::Problem lm_head = fastest(node(4096, 128256), rows(m));
+        CHECK(tiles_of(lm_head) == "NBITS_TILE_N=128 x 16");
+        const LaunchPlan plan = lm_head.plan();
+        CHECK(plan.variant == "nbits_prefill_fused");
+        const KernelStep& step = test::kernel_step(plan, 0);
+        CHECK(step.config.grid == Dim3{1002, 1, 1});
+        CHECK(step.config.block == Dim3{256, 1, 1});
+        CHECK(defines(step, "NBITS_WARPS_K=2"));
+        CHECK(defines(step, "NBITS_MIN_CTAS=2"));
+        CHECK_FALSE(defines(step, "NBITS_SPLIT_K=2"));
+        CHECK(2 * (step.config.dynamic_shared_bytes + 1024) <=
+              Capabilities::h200().max_shared_memory_per_block_optin + 1024);
+        CHECK(plan.capture_safe);
+        CHECK(plan.scratch_bytes.empty());
+        CHECK(tiles_of(fastest(node(4096, 128256), rows(m, DataType::BFloat16))) == "NBITS_TILE_N=128 x 16");
+    }
+    CHECK(tiles_of(fastest(node(4096, 128256), rows(32))) == "NBITS_TILE_N=128 x 32");
+    // One round at least four fifths full: Llama-3-70B up (224 tiles), Phi-3.5-mini lm_head (251).
+    CHECK(tiles_of(fastest(node(8192, 28672), rows(16))) == "NBITS_TILE_N=128 x 16");
+    CHECK(tiles_of(fastest(node(3072, 32064), rows(24))) == "NBITS_TILE_N=128 x 32");
+    // A partial last round keeps the decode kernel and the preset's 64-row tiles: Llama-3-70B gate/up unpaired (448
+    // tiles), Qwen2.5-7B's (296), Llama-3-8B up (112).
+    CHECK(tiles_of(fastest(node(8192, 57344), rows(16))) == "nbits_decode_matmul");
+    CHECK(tiles_of(fastest(node(8192, 57344), rows(32))) == "NBITS_TILE_N=64 x 32");
+    CHECK(tiles_of(fastest(node(3584, 37888), rows(12))) == "nbits_decode_matmul");
+    CHECK(tiles_of(fastest(node(4096, 14336), rows(16))) == "nbits_decode_matmul");
+    // Not measured faster with zero points, int8 weights, the paired node or the RMS-norm prologue, nor off sm_90.
+    test::Shapes zp = rows(16);
+    zp.zero_points = true;
+    CHECK(tiles_of(fastest(node(4096, 128256), zp)) == "nbits_decode_matmul");
+    CHECK(tiles_of(fastest(node(4096, 128256, 8), rows(16))) == "nbits_decode_matmul");
+    CHECK(tiles_of(fastest(test::marked(node(4096, 128256), kGateUpSwigluAttr), rows(16))) == "nbits_decode_gate_up");
+    test::Shapes normed = rows(16);
+    normed.gamma = DataType::Float16;
+    CHECK(tiles_of(fastest(test::marked(node(4096, 128256), kRmsNormPrologueAttr), normed)) == "nbits_decode_matmul");
+    CHECK(tiles_of(fastest(node(4096, 128256), rows(16), Capabilities::a100())) == "nbits_decode_matmul");
+    CHECK(tiles_of(fastest(node(4096, 128256), rows(32), Capabilities::a100())) == "NBITS_TILE_N=64 x 32");
+    // Where the tiles do not fit the device's shared memory, the decode kernel's refusal stands.
+    Capabilities small = Capabilities::h200();
+    small.max_shared_memory_per_block_optin = 24 * 1024;
+    CHECK_THROWS_WITH_AS(fastest(node(4096, 128256), rows(16), small).plan(),
+                         doctest::Contains("decode kernel needs"), Error);
+}
+
 TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half the SMs")
 {
     // The A100 (108 SMs, no wgmma, no clusters): Qwen2.5-7B qkv's 36 column tiles of 128 leave most SMs idle.
@@ -675,13 +739,14 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     CHECK(qkv.config.dynamic_shared_bytes == 8 * 2 * (2 * 512 + 128 * 2 + 2 * 128) + 2 * 4 * 8 * 32 * 4 + 16);
     CHECK(qkv.configure_shared_memory);
     // A third CTA per SM caps registers at 80: not for the paired node (Qwen2.5-7B gate/up, 1184 groups, would
-    // save a round) nor for two tiles of two batch tiles (lm_head at M = 16).
+    // save a round) nor for two tiles of two batch tiles (lm_head at M = 9; from M = 12 the fused GEMM takes it).
     const KernelStep paired =
         test::kernel_step(fastest(test::marked(node(3584, 18944), kGateUpSwigluAttr), rows(1)).plan(), 0);
     CHECK(defines(paired, "NBITS_MIN_BLOCKS=2"));
-    const KernelStep lm_head_m16 = test::kernel_step(fastest(node(4096, 128256), rows(16)).plan(), 0);
-    CHECK(defines(lm_head_m16, "NBITS_TILES=2"));
-    CHECK(defines(lm_head_m16, "NBITS_MIN_BLOCKS=2"));
+    const KernelStep lm_head_m9 = test::kernel_step(fastest(node(4096, 128256), rows(9)).plan(), 0);
+    CHECK(defines(lm_head_m9, "NBITS_M_TILES=2"));
+    CHECK(defines(lm_head_m9, "NBITS_TILES=2"));
+    CHECK(defines(lm_head_m9, "NBITS_MIN_BLOCKS=2"));
     // Two batch tiles take one column tile a CTA where its rounds cost less than 10/6 of two tiles' rounds:
     // Llama-3-70B qkv, 320 two-tile groups on 264 CTAs (2 rounds) or 640 one-tile groups (3 rounds, 3 x 0.6 < 2);
     // Llama-3-70B down keeps two (256 groups in 1 round against 512 in 2).
@@ -724,7 +789,8 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     CHECK(defines(test::kernel_step(fastest(node(14336, 4096), rows(8)).plan(), 0), "NBITS_STAGE_ACTS=1"));
     CHECK(defines(test::kernel_step(fastest(node(14336, 4096), rows(8), Capabilities::sm86_28()).plan(), 0),
                   "NBITS_STAGE_ACTS=0"));
-    // Every device's plan fits its SMs' shared memory min_blocks times over (1 KiB reserved per block).
+    // Every device's plan fits its SMs' shared memory min_blocks times over (1 KiB reserved per block); the fused
+    // GEMM that takes lm_head from M = 12 on the H200 its MIN_CTAS.
     for (const Capabilities& device : {Capabilities::h200(), Capabilities::rtx4090(), Capabilities::l4(),
                                        Capabilities::sm86_28(), Capabilities::a100(), Capabilities::rtx5090()}) {
         for (std::size_t m : {1, 8, 16}) {
@@ -734,7 +800,8 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
                 const KernelStep step = test::kernel_step(fastest(attributes, rows(m), device).plan(), 0);
                 std::uint32_t blocks = 0;
                 for (std::uint32_t b = 1; b <= 6; ++b) {
-                    if (defines(step, "NBITS_MIN_BLOCKS=" + std::to_string(b))) {
+                    if (defines(step, "NBITS_MIN_BLOCKS=" + std::to_string(b)) ||
+                        defines(step, "NBITS_MIN_CTAS=" + std::to_string(b))) {
                         blocks = b;
                     }
                 }
@@ -1056,11 +1123,11 @@ TEST_CASE("Fastest decode puts two warps across the columns where A is loaded as
     // The paired node at M = 8 and at M = 16 (Llama-3-8B gate/up: 896 groups in 4 rounds, 448 in 2).
     CHECK(defines(step_of(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(8))), "NBITS_COL_WARPS=2"));
     CHECK(defines(step_of(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(16))), "NBITS_COL_WARPS=2"));
-    // Not for one weight set of two batch tiles (lm_head at M = 16 measured slower; Llama-3-8B up alike), not where the
+    // Not for one weight set of two batch tiles (lm_head at M = 16 measured slower, M = 9 here; Llama-3-8B up alike), not where the
     // wider groups would cost rounds (Llama-3-70B down at M = 8: 256 groups in one round against 128 groups of
     // twice the work; the paired Qwen2.5-7B gate/up: 5 rounds against 3 of twice the work), not with A staged
     // with the weights (M = 1, Llama-3-8B down at M = 8).
-    CHECK(defines(step_of(fastest(node(4096, 128256), rows(16))), "NBITS_COL_WARPS=1"));
+    CHECK(defines(step_of(fastest(node(4096, 128256), rows(9))), "NBITS_COL_WARPS=1"));
     CHECK(defines(step_of(fastest(node(4096, 14336), rows(16))), "NBITS_COL_WARPS=1"));
     CHECK(defines(step_of(unstaged(fastest(node(28672, 8192), rows(8)))), "NBITS_COL_WARPS=1"));
     CHECK(defines(step_of(fastest(test::marked(node(3584, 18944), kGateUpSwigluAttr), rows(16))), "NBITS_COL_WARPS=1"));
@@ -1122,17 +1189,17 @@ TEST_CASE("Fastest decode splits each column group's K over a thread block clust
     test::Problem asked = fastest(node(4864, 896), rows(8), Capabilities::rtx5090());
     asked.context.overrides = cluster_k("4");
     CHECK(defines(step_of(asked), "NBITS_CLUSTER_K=4"));
-    // Forced: lm_head's 4008 groups over 132 clusters of 2 (the 264 CTAs of two an SM); 4 at M = 16.
+    // Forced: lm_head's 4008 groups over 132 clusters of 2 (the 264 CTAs of two an SM); 4 at M = 9.
     test::Problem lm_head = fastest(node(4096, 128256), rows(1));
     lm_head.context.overrides = cluster_k("2");
     const KernelStep two = step_of(lm_head);
     CHECK(defines(two, "NBITS_CLUSTER_K=2"));
     CHECK(two.config.grid == Dim3{264, 1, 1});
     CHECK(two.config.dynamic_shared_bytes == step_of(fastest(node(4096, 128256), rows(1))).config.dynamic_shared_bytes);
-    test::Problem m16 = fastest(node(4096, 128256), rows(16));
-    m16.context.overrides = cluster_k("4");
-    CHECK(defines(step_of(m16), "NBITS_CLUSTER_K=4"));
-    CHECK(step_of(m16).config.grid.x % 4 == 0);
+    test::Problem m9 = fastest(node(4096, 128256), rows(9));
+    m9.context.overrides = cluster_k("4");
+    CHECK(defines(step_of(m9), "NBITS_CLUSTER_K=4"));
+    CHECK(step_of(m9).config.grid.x % 4 == 0);
     // Fewer groups than clusters: one cluster a group (Llama-3-8B down at M = 8, 256 groups of 16 columns).
     test::Problem down = fastest(node(14336, 4096), rows(8));
     down.context.overrides = cluster_k("4");

@@ -540,6 +540,27 @@ TEST_CASE("split-K prefill (NBITS_PREFILL_SPLIT_K): clusters of CTAs sharing a t
     }
 }
 
+TEST_CASE("the fused GEMM's 128-row tiles at M = 12..32 (sm_90, grids that fill a round) meet the float64 oracle")
+{
+    // N = 27136: 212 column tiles of 128 rows, four fifths of the H200's 264 CTA slots, so the plan takes these
+    // tiles from M = 12 (the decode kernel elsewhere, and below M = 12; the preset's 64-row tiles past M = 16).
+    const auto& device = matmul_gpu().capabilities();
+    const bool taken = device.sm() == 90 && device.multiprocessor_count == 132;
+    std::vector<FastestCase> nodes = {
+        feature_case(DataType::Float16, 12, 4, 32, false, Bias::None, false, false, 27136, 256),
+        feature_case(DataType::BFloat16, 16, 4, 128, false, Bias::Plain, false, false, 27136, 1003),
+        feature_case(DataType::Float16, 13, 4, 16, false, Bias::Folded, false, false, 27100, 512),
+        feature_case(DataType::BFloat16, 32, 4, 64, false, Bias::PerToken, false, false, 27136, 512),
+        feature_case(DataType::Float16, 24, 4, 32, false, Bias::None, false, false, 27136, 1000),
+    };
+    nodes[2].f32_scales = true;
+    std::uint64_t seed = 0x128e000ull;
+    for (const FastestCase& c : nodes) {
+        CAPTURE(c.describe());
+        check_prefill_run(c, seed++, 1, taken || c.m > 16 ? "nbits_prefill_fused" : nullptr);
+    }
+}
+
 TEST_CASE("the sm_90 wgmma GEMM with 256 weight rows a CTA (NBITS_PREFILL_WGMMA_TILE_N) meets the float64 oracle")
 {
     if (matmul_gpu().capabilities().sm() != 90) {
