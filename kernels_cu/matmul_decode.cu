@@ -1002,18 +1002,21 @@ constexpr int kActStageBytes = kStageActs ? kActRows * kActRowStride : 0;
 // points, after the activations, copied with its weights instead of loaded
 // into registers a step ahead (which cost the zero-point kernels the 128
 // registers of two CTAs an SM and left their loads' latency exposed): per
-// slot (set, tile, row half, chunk index) 8 rows of kMetaRowBytes, the row's
-// four scales (8 bytes) and the aligned 4-byte word holding its zero points.
-// Exact mode with four 16-bit scales a chunk index, rows of whole groups of
-// four blocks, and zero-point rows of whole words.
+// slot (set, tile, row half, chunk index) 8 rows of kMetaRowBytes: the
+// row's scales of the chunk index (four, two or one: 8 or 4 bytes, one scale
+// as the aligned 4-byte word holding it) and the aligned 4-byte word holding
+// its zero points. Exact mode with 16-bit scales, rows of whole words of
+// scales and of zero points.
 #ifndef NBITS_STAGE_META
 #define NBITS_STAGE_META 0
 #endif
 constexpr bool kStageMeta = NBITS_STAGE_META != 0;
-static_assert(!kStageMeta || (kExact && !kScaleF32 && kScalesPerChunk == 4 && kPackedMeta &&
+static_assert(!kStageMeta || (kExact && !kScaleF32 && kKBlocks % (kScalesPerChunk == 4 ? 4 : 2) == 0 &&
                               (!kHasZp || kZpRowBytes % 4 == 0)),
-              "NBITS_STAGE_META needs exact mode, 16-bit scales, four blocks a chunk index, K blocks a multiple of 4 "
-              "and zero-point rows of whole words");
+              "NBITS_STAGE_META needs exact mode, 16-bit scales, K blocks a multiple of 4 (four scales a chunk "
+              "index) or 2, and zero-point rows of whole words");
+// Bytes of scales a staged row copies: its chunk index's scales, or the word holding its one scale.
+constexpr int kMetaScaleBytes = kScalesPerChunk == 4 ? 8 : 4;
 constexpr int kMetaRowBytes = 16;
 template <int NSETS>
 __host__ __device__ constexpr int meta_stage_bytes()
@@ -1254,8 +1257,12 @@ __device__ __forceinline__ void tc_load(TcFrag<NSETS>& f, u32 stage, const Weigh
             const scale_raw_t* set_scales = first ? w[0].s : w[NSETS - 1].s;
             const u8* set_zp = first ? w[0].z : w[NSETS - 1].z;
             const u32 at = meta_address_of<NSETS>(stage, slot, g);
-            const scale_raw_t* s = set_scales + row * kKBlocks + blk0;
-            cp_async8(at, ok ? (const void*)s : (const void*)b[0], ok ? 8 : 0);
+            const scale_raw_t* s = set_scales + row * kKBlocks + (kScalesPerChunk == 1 ? blk0 & ~1 : blk0);
+            if constexpr (kMetaScaleBytes == 8) {
+                cp_async8(at, ok ? (const void*)s : (const void*)b[0], ok ? 8 : 0);
+            } else {
+                cp_async4(at, ok ? (const void*)s : (const void*)b[0], ok ? 4 : 0);
+            }
             if constexpr (kHasZp) {
                 const u8* z = set_zp + row * kZpRowBytes + (zero_point_byte(blk0) & ~3);
                 cp_async4(at + 8, ok ? (const void*)z : (const void*)b[0], ok ? 4 : 0);
@@ -1364,13 +1371,16 @@ __device__ __forceinline__ float scale_float(const u32 (&s)[kScaleRegs], int i)
 }
 
 // Row g's staged scales and zero-point bytes of a slot (NBITS_STAGE_META), as
-// load_meta would have kept them: the four 16-bit scales packed two a
-// register, the zero-point bytes of block blk0 on at byte 0.
+// load_meta would have kept them: the chunk index's 16-bit scales packed two
+// a register, the zero-point bytes of block blk0 on at byte 0.
 template <int NSETS>
 __device__ __forceinline__ void load_staged_meta(u32 stage, int slot, int g, int blk0, u32 (&s)[kScaleRegs], u32& z)
 {
     const u32 at = meta_address_of<NSETS>(stage, slot, g);
-    ld_shared_words<8>(at, s);
+    ld_shared_words<kMetaScaleBytes>(at, s);
+    if constexpr (kScalesPerChunk == 1) {
+        s[0] = (blk0 & 1) ? s[0] >> 16 : s[0] & 0xffffu;  // the word's half that holds block blk0
+    }
     if constexpr (kHasZp) {
         u32 word[1];
         ld_shared_words<4>(at + 8, word);

@@ -153,9 +153,12 @@ struct PlanOverrides {
     std::optional<int> decode_chunks;
     // 1: the tensor-core decode kernels copy each k step's scales and zero
     // points into the cp.async ring with its weights where the kernel can
-    // (exact mode, four 16-bit scales a chunk index: int4 block 32, int8
-    // block 16); 0: they load them into registers a step ahead. Unset: the
-    // rule in the plan (staged at M = 1 where that measured faster).
+    // (exact mode, 16-bit scales: int4 from block 32, int8 from block 16; K
+    // blocks a multiple of 4 at int4 block 32 and int8 block 16, else of 2;
+    // zero-point rows of whole 4-byte words); 0: they load them into
+    // registers a step ahead. Unset: the rule in the plan (staged where that
+    // measured faster: int4 block 32, int8 block 16, and int8 block 32 at
+    // M = 1 with two CTAs an SM).
     std::optional<int> decode_stage_meta;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();

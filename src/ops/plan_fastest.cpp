@@ -948,14 +948,28 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     // 17.93 / 18.50 / 19.76, 70B 46.21 / 46.94 / 48.86 -> 46.03 / 46.68 / 47.49, Phi-3.5 9.78 / 9.95 / 10.79 -> 9.53 /
     // 10.00 / 10.33) while most other nodes lost (an earlier call at M = 8: 8B qkv 8.10 -> 8.55, Phi-3.5 o 4.80 ->
     // 5.46); M = 9..16 moved by -4..+5% with no rule (lm_head 150.68 -> 145.61).
+    // The kernel also stages two scales a chunk index (int4 block 64, int8 block 32) and one (larger blocks, as the
+    // 4-byte word holding it). The rule takes int8 block 32 at M = 1 (below, only where two CTAs an SM run); the
+    // others only when asked. Measured on the H200 (fp16, M = 1, one call on the kernels of this rule, register
+    // loads -> staged, us): int8 block 32 Qwen2.5-7B down 28.58 -> 24.49, Llama-3-8B down 21.08 -> 20.04, lm_head
+    // 133.63 -> 130.25 (94.3% of the read ceiling), Qwen2.5-7B o 7.29 -> 6.74, Llama-3-70B o 20.10 -> 19.76; with
+    // zero points Qwen2.5-7B down 32.81 -> 26.00, the paired Qwen2.5-7B gate/up 44.94 -> 40.72, Llama-3-70B 138.55 ->
+    // 135.37, 8B down 23.26 -> 21.68. Slower where three CTAs an SM run (70B qkv 24.62 -> 26.51, Phi-3.5 qkv 10.77 ->
+    // 11.37, 8B qkv 9.53 -> 9.62) and at M = 8 on the 70B down with zero points (78.64 -> 83.04, where Qwen2.5-7B
+    // down gained, 34.18 -> 27.22). Block 128 lost nearly everywhere, symmetric (Llama-3-70B down 33.26 -> 46.91, o
+    // 11.01 -> 15.61, lm_head 70.06 -> 73.54) and with zero points (8B gate/up 23.73 -> 30.38, qkv 6.70 -> 8.57,
+    // Phi-3.5 gate/up 10.56 -> 14.24; bf16 70B down 42.23 -> 56.11), gaining only on the 8B down (12.91 -> 11.90).
+    const bool two_scales = config.block_size == 2 * chunk_codes;
+    const bool meta_layout_pays = config.block_size == chunk_codes || (config.bits == 8 && two_scales && fastest.m == 1);
     const std::optional<int> forced_stage_meta = fastest.request.context.overrides.decode_stage_meta;
     const bool meta_alone_pays = (fastest.m == 1 && (sets == 1 || has_zp || geometry.chunks == 2)) ||
                                  (m_tiles == 1 && sets == 1 && has_zp && config.k > config.n);
     // The scales' staging follows the rows of A where it pays only beside them.
     auto stage_meta = [&] {
-        const bool pays = meta_alone_pays || (stage_rows_and_meta_pay && geometry.stage_acts);
-        return (forced_stage_meta ? *forced_stage_meta == 1 : pays) && config.block_size == chunk_codes &&
-               !f32_scales && config.k_blocks() % 4 == 0 && (!has_zp || config.zp_row_bytes() % 4 == 0);
+        const bool pays = meta_layout_pays && (meta_alone_pays || (stage_rows_and_meta_pay && geometry.stage_acts));
+        return (forced_stage_meta ? *forced_stage_meta == 1 : pays) && config.block_size >= chunk_codes &&
+               !f32_scales && config.k_blocks() % (config.block_size == chunk_codes ? 4 : 2) == 0 &&
+               (!has_zp || config.zp_row_bytes() % 4 == 0);
     };
     geometry.stage_meta = stage_meta();
     // A device with too little shared memory for the staged rows loads them as it computes.
@@ -996,7 +1010,11 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
         const bool loaded_as_computed = fastest.m > 1 && !geometry.stage_acts && geometry.warps >= 2;
         geometry.col_warps = loaded_as_computed && (paired || m_tiles == 1) && two_col_warps_pay(geometry.tiles) ? 2 : 1;
     }
-    const Blocks chosen = choose_blocks(geometry.tiles, geometry.col_warps);
+    Blocks chosen = choose_blocks(geometry.tiles, geometry.col_warps);
+    if (geometry.stage_meta && !forced_stage_meta && two_scales && chosen.blocks > 2) {
+        geometry.stage_meta = false;  // int8 block 32 staged lost where three CTAs an SM run (above)
+        chosen = choose_blocks(geometry.tiles, geometry.col_warps);
+    }
     geometry.min_blocks = chosen.blocks;
     geometry.shared_bytes = shared(geometry.tiles);
     // K of each column group split over a thread block cluster (compute capability 9.0 and newer, every warp of

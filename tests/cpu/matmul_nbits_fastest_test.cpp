@@ -1006,8 +1006,34 @@ TEST_CASE("Fastest decode stages the scales and zero points at M = 1 where the k
     const test::Problem int8_m8 = fastest(node(4096, 14336, 8, 16), rows(8));
     CHECK_FALSE(defines(test::kernel_step(int8_m8.plan(), 0), "NBITS_STAGE_META=1"));
     CHECK(defines(test::kernel_step(staged(int8_m8).plan(), 0), "NBITS_STAGE_META=1"));
-    // Not where the kernel cannot: block 128, fp32 scales, K blocks not a multiple of 4, zero-point rows of part words.
-    CHECK_FALSE(defines(test::kernel_step(staged(fastest(node(4096, 128256, 4, 128), zp)).plan(), 0),
+    // int8 block 32 (two scales a chunk index) at M = 1 where two CTAs an SM run; not where three do (Llama-3-70B
+    // qkv), not at M = 8; each of them when asked.
+    const test::Problem int8_lm_head = fastest(node(4096, 128256, 8, 32), rows(1));
+    const KernelStep int8_staged = test::kernel_step(int8_lm_head.plan(), 0);
+    CHECK(defines(int8_staged, "NBITS_STAGE_META=1"));
+    CHECK(defines(int8_staged, "NBITS_MIN_BLOCKS=2"));
+    CHECK(int8_staged.config.dynamic_shared_bytes ==
+          test::kernel_step(unstaged(int8_lm_head).plan(), 0).config.dynamic_shared_bytes + 8 * 2 * (2 * 2 * 8 * 16));
+    CHECK(defines(test::kernel_step(fastest(node(18944, 3584, 8, 32), zp).plan(), 0), "NBITS_STAGE_META=1"));
+    const test::Problem int8_qkv = fastest(node(8192, 10240, 8, 32), rows(1));
+    CHECK_FALSE(defines(test::kernel_step(int8_qkv.plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK(defines(test::kernel_step(int8_qkv.plan(), 0), "NBITS_MIN_BLOCKS=3"));
+    CHECK(defines(test::kernel_step(staged(int8_qkv).plan(), 0), "NBITS_STAGE_META=1"));
+    const test::Problem int8_down_m8 = fastest(node(18944, 3584, 8, 32), zp8);
+    CHECK_FALSE(defines(test::kernel_step(int8_down_m8.plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK(defines(test::kernel_step(staged(int8_down_m8).plan(), 0), "NBITS_STAGE_META=1"));
+    // One scale a chunk index (block 128) and two of int4 (block 64) only when asked: block 128 measured slower.
+    const test::Problem block128 = fastest(node(4096, 128256, 4, 128), zp);
+    CHECK_FALSE(defines(test::kernel_step(block128.plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK(defines(test::kernel_step(staged(block128).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK_FALSE(defines(test::kernel_step(fastest(node(14336, 4096, 4, 64), rows(1)).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK(defines(test::kernel_step(staged(fastest(node(14336, 4096, 4, 64), rows(1))).plan(), 0),
+                  "NBITS_STAGE_META=1"));
+    // Not where the kernel cannot: fp32 scales, K blocks not a multiple of 4 (four scales a chunk index) or of 2,
+    // zero-point rows of part words, int4 block 16.
+    CHECK_FALSE(defines(test::kernel_step(staged(fastest(node(4224, 14336, 4, 128), rows(1))).plan(), 0),
+                        "NBITS_STAGE_META=1"));
+    CHECK_FALSE(defines(test::kernel_step(staged(fastest(node(4096, 14336, 4, 16), rows(1))).plan(), 0),
                         "NBITS_STAGE_META=1"));
     test::Shapes f32_scales = rows(1);
     f32_scales.scales = DataType::Float32;
@@ -1044,6 +1070,10 @@ TEST_CASE("the decode kernels with staged scales keep their pointers in register
         {"paired gate/up, K = 3072, one chunk, forced", staged(paired(3072, 8192, rows(1)))},
         {"two tiles with the rows of A, M = 8", fastest(node(8192, 10240), rows(8))},
         {"paired gate/up, K = 3072, with the rows of A, M = 8", paired(3072, 8192, rows(8))},
+        {"int8 block 32 (two scales a chunk index), zero points, M = 1", fastest(node(18944, 3584, 8, 32), zp1)},
+        {"block 128 (one scale), zero points, M = 1, forced", staged(fastest(node(4096, 128256, 4, 128), zp1))},
+        {"paired gate/up, int8 block 64 (one scale), zero points, M = 1, forced",
+         staged(fastest(test::marked(node(4096, 14336, 8, 64), kGateUpSwigluAttr), zp1))},
     };
     for (const Staged& k : cases) {
         CAPTURE(k.name);

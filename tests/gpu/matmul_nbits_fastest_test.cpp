@@ -770,12 +770,24 @@ TEST_CASE("decode with each step's scales and zero points staged with its weight
     }
     decode.push_back(feature_case(DataType::Float16, 1, 4, 32, false, Bias::Plain, false, false, 1000, 4224));
     decode.push_back(feature_case(DataType::BFloat16, 9, 8, 16, true, Bias::None, false, true, 333, 4096));
+    // One scale a chunk index (its block's half of the staged word) and two, each with a partial last step and
+    // block: int4 block 128 (32 blocks, 16 zero-point bytes a row), int8 block 64 (64 blocks), int8 block 32.
+    decode.push_back(feature_case(DataType::Float16, 1, 4, 128, true, Bias::Plain, false, false, 1000, 4032));
+    decode.push_back(feature_case(DataType::BFloat16, 4, 8, 64, true, Bias::Folded, false, false, 1000, 4064));
+    decode.push_back(feature_case(DataType::Float16, 1, 8, 32, false, Bias::None, false, true, 1000, 4280));
     std::vector<FastestNode> nodes = make_nodes(decode, 0xc4c40000ull);
     std::vector<FastestNode> staged_nodes;
     std::vector<FastestNode> register_nodes;
     for (FastestNode& node : nodes) {
         const FastestCase& c = node.spec;
-        const bool applies = c.block_size == (c.bits == 4 ? 32u : 16u) && !c.f32_scales;
+        // Exact mode (a 16-byte chunk inside one block) with 16-bit scales, K blocks a multiple of 4 (four scales a
+        // chunk index) or 2, zero-point rows of whole words.
+        const std::size_t chunk_codes = c.bits == 4 ? 32 : 16;
+        const std::size_t k_blocks = (c.k + c.block_size - 1) / c.block_size;
+        const std::size_t zp_row_bytes = (k_blocks * c.bits + 7) / 8;
+        const bool applies = c.block_size >= chunk_codes && !c.f32_scales &&
+                             k_blocks % (c.block_size == chunk_codes ? 4 : 2) == 0 &&
+                             (!c.zero_points || zp_row_bytes % 4 == 0);
         (applies ? staged_nodes : register_nodes).push_back(std::move(node));
     }
     check_decode_define(staged_nodes, "NBITS_STAGE_META=1", true);
@@ -865,6 +877,14 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
     set.back().k = 4096;
     add(DataType::BFloat16, 12, 4, 32, false, Bias::None, true, true);  // decode gate/up + RMS norm, clusters of 4
     set.back().k = 4096;
+    // The fused GEMM on 128-row tiles of 16 and 32 tokens (sm_90 at M = 12..32, 212 tiles: four fifths of the
+    // H200's CTA slots); the decode kernel and the 64-row tiles elsewhere.
+    add(DataType::Float16, 16, 4, 32, false, Bias::Plain, false, false);
+    set.back().n = 27136;
+    set.back().k = 256;
+    add(DataType::BFloat16, 32, 4, 32, false, Bias::Folded, false, false);
+    set.back().n = 27100;
+    set.back().k = 264;
     std::uint64_t seed = 0x5a17;
     for (std::size_t i = 0; i < set.size(); ++i) {
         const FastestCase& c = set[i];
