@@ -783,11 +783,14 @@ TEST_CASE("decode with each step's scales and zero points staged with its weight
         // Exact mode (a 16-byte chunk inside one block) with 16-bit scales, K blocks a multiple of 4 (four scales a
         // chunk index) or 2, zero-point rows of whole words.
         const std::size_t chunk_codes = c.bits == 4 ? 32 : 16;
-        const std::size_t k_blocks = (c.k + c.block_size - 1) / c.block_size;
-        const std::size_t zp_row_bytes = (k_blocks * c.bits + 7) / 8;
+        ops::MatMulNBitsConfig config;
+        config.k = c.k;
+        config.n = c.n;
+        config.bits = c.bits;
+        config.block_size = c.block_size;
         const bool applies = c.block_size >= chunk_codes && !c.f32_scales &&
-                             k_blocks % (c.block_size == chunk_codes ? 4 : 2) == 0 &&
-                             (!c.zero_points || zp_row_bytes % 4 == 0);
+                             config.k_blocks() % (c.block_size == chunk_codes ? 4 : 2) == 0 &&
+                             (!c.zero_points || config.zp_row_bytes() % 4 == 0);
         (applies ? staged_nodes : register_nodes).push_back(std::move(node));
     }
     check_decode_define(staged_nodes, "NBITS_STAGE_META=1", true);
