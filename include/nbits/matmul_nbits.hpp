@@ -120,8 +120,7 @@ struct PlanOverrides {
     std::optional<int> prefill_chunk_columns;
     // 0: the tensor-core decode kernels launch as plain stream successors; 1:
     // on compute capability 9.0 and newer as programmatic dependents of the
-    // kernel before them (programmatic dependent launch). Unset: 1 for int4
-    // weights, 0 for int8 (measured slower with it on the H200).
+    // kernel before them (programmatic dependent launch). Unset: 1.
     std::optional<int> decode_programmatic;
     // k steps each warp of the tensor-core decode kernels keeps in its
     // cp.async ring (2..4). Unset: 2, measured fastest on the H200.

@@ -212,11 +212,20 @@ std::size_t prefill_shared_bytes(const PrefillTiles& t, const MatMulNBitsConfig&
 // Whether `blocks` CTAs with `shared_bytes` of dynamic shared memory each are
 // resident on one SM of `device` at once: an SM has the opt-in per-block limit
 // plus 1 KiB, and each block reserves 1 KiB beyond its own (sm_80 and later).
+constexpr std::size_t kReservedPerBlock = 1024;
 bool resident_on_sm(const Capabilities& device, std::size_t blocks, std::size_t shared_bytes)
 {
-    constexpr std::size_t kReservedPerBlock = 1024;
     return blocks * (shared_bytes + kReservedPerBlock) <=
            std::size_t{device.max_shared_memory_per_block_optin} + kReservedPerBlock;
+}
+
+// The least dynamic shared memory (a multiple of 16 bytes) with which no more
+// than `blocks` CTAs fit one SM of `device`, whatever their registers allow.
+std::size_t shared_bytes_capping_residency(const Capabilities& device, std::size_t blocks)
+{
+    const std::size_t sm_bytes = std::size_t{device.max_shared_memory_per_block_optin} + kReservedPerBlock;
+    const std::size_t over = sm_bytes / (blocks + 1) + 1;  // blocks + 1 CTAs of this much do not fit
+    return (over > kReservedPerBlock ? over - kReservedPerBlock + 15 : 0) / 16 * 16;
 }
 
 // The preset adapted to the node and the device: a thread's k range must lie
@@ -1112,17 +1121,37 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
 // after its last CTA and a launch gap. Measured on the H200 (M = 1, graph
 // replays, same run): Llama-3-8B qkv 7.81 -> 6.93 us, down 14.20 -> 13.39,
 // Llama-3-70B down 43.38 -> 42.66, lm_head 81.38 -> 80.89; faster on every
-// M = 1 and M = 8 node of the sweep, on 17 of 21 at M = 16. Not for int8
-// weights unless NBITS_DECODE_PDL=1: there it ran much slower (M = 1, same
-// run: lm_head 164.5 against 135.9 us, Llama-3-70B gate/up 156.1 against
-// 124.6, down 77.2 against 62.8), most likely because its fewer registers
-// let a third CTA fit an SM, so CTAs launched early pile onto the SMs that
-// free first instead of spreading two an SM.
+// M = 1 and M = 8 node of the sweep, on 17 of 21 at M = 16.
 bool decode_programmatic(const FastestRequest& fastest)
 {
     const PlanContext& context = fastest.request.context;
     const std::optional<int> forced = context.overrides.decode_programmatic;
-    return (forced ? *forced == 1 : fastest.request.config.bits == 4) && context.capabilities.compute_major >= 9;
+    return (!forced || *forced == 1) && context.capabilities.compute_major >= 9;
+}
+
+// A programmatic launch's CTAs take whatever room an SM has left, so where
+// registers let more than `blocks` CTAs share one (the int8 kernels), CTAs
+// launched early pile onto the SMs that free first while others run one: the
+// launch then reserves shared memory for no more than `blocks` an SM.
+// Measured on the H200 (int8, programmatic, same call): lm_head at M = 1
+// 158.7 us without the reservation, 128.0 with it; against plain launches
+// (two runs, same call) faster on 54 of the decode sweep's 63 rows at M = 1,
+// 8 and 16 (Llama-3-8B qkv 9.55 -> 8.75 us, Qwen2.5-7B down 24.50 -> 23.61,
+// Llama-3-70B o 19.70 -> 19.08) and on all 21 with zero points at M = 1,
+// slower on Llama-3-70B qkv at M = 1 (24.55 -> 25.71) and 8, lm_head at
+// M = 8 (153.3 -> 156.9) and 16, and Qwen2.5-7B gate/up and Phi-3.5 qkv at
+// M = 16. The int4 kernels' registers already hold two CTAs an SM; the same
+// reservation there measured within 1% at M = 1 on every node, so it is left
+// out (it only takes L1 from the loads at M = 9..16).
+std::uint32_t programmatic_shared_bytes(const FastestRequest& fastest, std::uint32_t blocks, std::uint32_t shared_bytes)
+{
+    const Capabilities& device = fastest.request.context.capabilities;
+    if (fastest.request.config.bits != 8) {
+        return shared_bytes;
+    }
+    const std::size_t capped = shared_bytes_capping_residency(device, blocks);
+    return resident_on_sm(device, blocks, capped) ? std::max(shared_bytes, static_cast<std::uint32_t>(capped))
+                                                  : shared_bytes;
 }
 
 // M <= 16: matmul_decode.cu, one pass over the weights for all rows, with the
@@ -1172,6 +1201,9 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         grid = geometry.grid;
         shared_bytes = geometry.shared_bytes;
         programmatic = decode_programmatic(fastest);
+        if (programmatic) {
+            shared_bytes = programmatic_shared_bytes(fastest, min_blocks, shared_bytes);
+        }
     }
     const char* entry = paired ? "nbits_decode_gate_up" : "nbits_decode_matmul";
     StepBuilder step(entry, paired ? "nbits decode gate/up SwiGLU GEMV" : "nbits decode GEMV");

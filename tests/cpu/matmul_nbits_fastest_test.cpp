@@ -913,7 +913,7 @@ TEST_CASE("Fastest keeps the original's int4 down-projection GEMV only where the
     CHECK(entries(fastest(node(4864, 896), rows(2)).plan()) == std::vector<std::string>{"nbits_decode_matmul"});
 }
 
-TEST_CASE("Fastest int4 decode on sm_90 launches as a programmatic dependent of the kernel before it (NBITS_DECODE_PDL)")
+TEST_CASE("Fastest decode on sm_90 launches as a programmatic dependent of the kernel before it (NBITS_DECODE_PDL)")
 {
     const KernelStep lm_head = test::kernel_step(fastest(node(4096, 128256), rows(1)).plan(), 0);
     CHECK(lm_head.config.programmatic_dependent);
@@ -933,12 +933,29 @@ TEST_CASE("Fastest int4 decode on sm_90 launches as a programmatic dependent of 
     CHECK_FALSE(defines(test::kernel_step(off.plan(), 0), "NBITS_PROGRAMMATIC=1"));
     CHECK(decode_pdl("1").decode_programmatic == 1);
     CHECK_FALSE(decode_pdl("2").decode_programmatic.has_value());
-    // int8 weights launch plainly unless NBITS_DECODE_PDL=1 asks for it.
-    CHECK_FALSE(test::kernel_step(fastest(node(4096, 128256, 8), rows(1)).plan(), 0).config.programmatic_dependent);
-    test::Problem int8_on = fastest(node(4096, 128256, 8), rows(1));
-    int8_on.context.overrides = decode_pdl("1");
-    CHECK(test::kernel_step(int8_on.plan(), 0).config.programmatic_dependent);
     CHECK_FALSE(decode_pdl("on").decode_programmatic.has_value());
+    // int8 too, its launches reserving shared memory so that no more CTAs share an SM than the plan counts on
+    // (its registers would let a third in): 2 on lm_head, 3 on Llama-3-70B qkv. Launched plainly they need none.
+    const std::size_t sm_bytes = std::size_t{Capabilities::h200().max_shared_memory_per_block_optin} + 1024;
+    for (const auto& [k, n, blocks] : {std::tuple{4096, 128256, 2}, std::tuple{8192, 10240, 3}}) {
+        CAPTURE(n);
+        const KernelStep int8 = test::kernel_step(fastest(node(k, n, 8), rows(1)).plan(), 0);
+        CHECK(int8.config.programmatic_dependent);
+        CHECK(defines(int8, "NBITS_MIN_BLOCKS=" + std::to_string(blocks)));
+        const std::size_t reserved = int8.config.dynamic_shared_bytes;
+        CHECK(reserved % 16 == 0);
+        CHECK(blocks * (reserved + 1024) <= sm_bytes);
+        CHECK((blocks + 1) * (reserved + 1024) > sm_bytes);
+        test::Problem plain = fastest(node(k, n, 8), rows(1));
+        plain.context.overrides = decode_pdl("0");
+        const KernelStep unreserved = test::kernel_step(plain.plan(), 0);
+        CHECK_FALSE(unreserved.config.programmatic_dependent);
+        CHECK(unreserved.config.dynamic_shared_bytes < reserved);
+    }
+    // int4 kernels keep the shared memory their stages need.
+    test::Problem int4_plain = fastest(node(4096, 128256), rows(1));
+    int4_plain.context.overrides = decode_pdl("0");
+    CHECK(lm_head.config.dynamic_shared_bytes == test::kernel_step(int4_plain.plan(), 0).config.dynamic_shared_bytes);
     // Not before sm_90 (no griddepcontrol), not on CUDA cores, not for prefill, not under the original policy.
     CHECK_FALSE(test::kernel_step(fastest(node(4096, 128256), rows(1), Capabilities::a100()).plan(), 0)
                     .config.programmatic_dependent);
@@ -1012,8 +1029,11 @@ TEST_CASE("Fastest decode stages the scales and zero points at M = 1 where the k
     const KernelStep int8_staged = test::kernel_step(int8_lm_head.plan(), 0);
     CHECK(defines(int8_staged, "NBITS_STAGE_META=1"));
     CHECK(defines(int8_staged, "NBITS_MIN_BLOCKS=2"));
-    CHECK(int8_staged.config.dynamic_shared_bytes ==
-          test::kernel_step(unstaged(int8_lm_head).plan(), 0).config.dynamic_shared_bytes + 8 * 2 * (2 * 2 * 8 * 16));
+    // The stage bytes, counted on plain launches (a programmatic int8 launch reserves more, see NBITS_DECODE_PDL).
+    auto plain_launch = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::decode_programmatic, 0); };
+    CHECK(test::kernel_step(plain_launch(int8_lm_head).plan(), 0).config.dynamic_shared_bytes ==
+          test::kernel_step(plain_launch(unstaged(int8_lm_head)).plan(), 0).config.dynamic_shared_bytes +
+              8 * 2 * (2 * 2 * 8 * 16));
     CHECK(defines(test::kernel_step(fastest(node(18944, 3584, 8, 32), zp).plan(), 0), "NBITS_STAGE_META=1"));
     const test::Problem int8_qkv = fastest(node(8192, 10240, 8, 32), rows(1));
     CHECK_FALSE(defines(test::kernel_step(int8_qkv.plan(), 0), "NBITS_STAGE_META=1"));

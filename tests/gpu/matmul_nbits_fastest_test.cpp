@@ -913,11 +913,16 @@ TEST_CASE("a decode kernel launched as a programmatic dependent reads A only aft
 {
     CudaRuntime& runtime = matmul_gpu();
     const bool overlapping = runtime.capabilities().compute_major >= 9;
-    for (const std::size_t m : {std::size_t{1}, std::size_t{9}}) {
+    // int8 too: its programmatic launches reserve shared memory to keep their CTAs spread over the SMs.
+    for (const std::pair<std::size_t, std::size_t>& rows_and_bits : {std::pair<std::size_t, std::size_t>{1, 4},
+                                                                      std::pair<std::size_t, std::size_t>{9, 4},
+                                                                      std::pair<std::size_t, std::size_t>{1, 8}}) {
+        const std::size_t m = rows_and_bits.first;
+        const std::size_t bits = rows_and_bits.second;
         // The first node's CTAs loop over many column groups, so that the second node's CTAs start on SMs where
         // the first one's are done while the rest still write Y1, the second node's A.
-        FastestCase first = feature_case(DataType::Float16, m, 4, 32, false, Bias::None, false, false, 24000, 4096);
-        FastestCase second = feature_case(DataType::Float16, m, 4, 32, true, Bias::Plain, false, false, 3000, 24000);
+        FastestCase first = feature_case(DataType::Float16, m, bits, 32, false, Bias::None, false, false, 24000, 4096);
+        FastestCase second = feature_case(DataType::Float16, m, bits, 32, true, Bias::Plain, false, false, 3000, 24000);
         CAPTURE(first.describe());
         CAPTURE(second.describe());
         const FastestNode producer = make_node(first, 0xc0a5 + m);
