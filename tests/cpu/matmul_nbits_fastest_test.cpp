@@ -1030,7 +1030,9 @@ TEST_CASE("Fastest decode stages the scales and zero points at M = 1 where the k
     CHECK(defines(int8_staged, "NBITS_STAGE_META=1"));
     CHECK(defines(int8_staged, "NBITS_MIN_BLOCKS=2"));
     // The stage bytes, counted on plain launches (a programmatic int8 launch reserves more, see NBITS_DECODE_PDL).
-    auto plain_launch = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::decode_programmatic, 0); };
+    auto plain_launch = [](test::Problem p) {
+        return with_override(std::move(p), &PlanOverrides::decode_programmatic, 0);
+    };
     CHECK(test::kernel_step(plain_launch(int8_lm_head).plan(), 0).config.dynamic_shared_bytes ==
           test::kernel_step(plain_launch(unstaged(int8_lm_head)).plan(), 0).config.dynamic_shared_bytes +
               8 * 2 * (2 * 2 * 8 * 16));
