@@ -124,8 +124,14 @@
 #ifndef NBITS_PROGRAMMATIC  // 1: launched as a programmatic dependent of the previous kernel (sm_90+), see tc_run
 #define NBITS_PROGRAMMATIC 0
 #endif
+#ifndef NBITS_PREFETCH_FIRST  // 1 (with NBITS_PROGRAMMATIC): L2 prefetch of the first group's first k steps, see tc_run
+#define NBITS_PREFETCH_FIRST 0
+#endif
 #if NBITS_PROGRAMMATIC && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #error "NBITS_PROGRAMMATIC needs griddepcontrol (compute capability 9.0 and newer)"
+#endif
+#if NBITS_PREFETCH_FIRST && !NBITS_PROGRAMMATIC
+#error "NBITS_PREFETCH_FIRST prefetches while a programmatic launch waits (NBITS_PROGRAMMATIC)"
 #endif
 #if NBITS_CLUSTER_K > 1 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #error "NBITS_CLUSTER_K needs thread block clusters (compute capability 9.0 and newer)"
@@ -1627,6 +1633,64 @@ __device__ __forceinline__ void tc_finish(
     }
 }
 
+#if NBITS_PREFETCH_FIRST
+// Asks L2 for the bytes in [p, p + bytes), trimmed to whole 16-byte units
+// (cp.async.bulk.prefetch's granularity, and nothing outside the range). A
+// hint: nothing is waited for or read back.
+__device__ __forceinline__ void prefetch_l2(const void* p, int bytes)
+{
+    const unsigned long long begin = ((unsigned long long)p + 15u) & ~15ull;
+    const unsigned long long end = ((unsigned long long)p + (unsigned long long)bytes) & ~15ull;
+    if (begin < end) {
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" : : "l"(begin), "r"((u32)(end - begin)) : "memory");
+    }
+}
+
+// What the warps of a column group read first: the k steps that fill every
+// warp's ring (of every CTA of a cluster), at the start of each row. Only
+// those: a whole group is up to half a MB on a long K, and a grid's worth of
+// those would push out of L2 what the kernel before still streams.
+constexpr int kPrefetchCodes =
+    kStages * kSplitWarps * kStepCodes < kRowCodes ? kStages * kSplitWarps * kStepCodes : kRowCodes;
+constexpr int kPrefetchBlocks = (kPrefetchCodes + kBlock - 1) / kBlock;
+
+// The first kPrefetchCodes of rows [n0, n_end) of every set: weights, block
+// scales and zero points, one row's piece a lane, one kind of piece a warp.
+// The CTAs of a cluster take a share of the rows each.
+template <int NSETS>
+__device__ __forceinline__ void prefetch_rows_to_l2(const u8* const (&b)[NSETS], const void* const (&scales)[NSETS],
+                                                    const u8* const (&zp)[NSETS], int n0, int n_end)
+{
+    int rows = n_end - n0;
+    if constexpr (kClusterK > 1) {
+        const int share = (rows + kClusterK - 1) / kClusterK;
+        n0 += min(rows, share * (int)cluster_rank());
+        rows = max(0, min(n_end - n0, share));
+    }
+    const int warp = (int)threadIdx.x >> 5;
+    constexpr int kPieces = kHasZp ? 3 : 2;
+#pragma unroll
+    for (int set = 0; set < NSETS; ++set)
+#pragma unroll
+        for (int piece = 0; piece < kPieces; ++piece) {
+            if (warp != (set * kPieces + piece) % kWarps) {
+                continue;
+            }
+            for (int r = (int)threadIdx.x & 31; r < rows; r += 32) {
+                const long long row = n0 + r;
+                if (piece == 0) {
+                    prefetch_l2(b[set] + row * kRowBytes, kPrefetchCodes * kBits / 8);
+                } else if (piece == 1) {
+                    prefetch_l2(static_cast<const scale_raw_t*>(scales[set]) + row * kKBlocks,
+                                kPrefetchBlocks * (int)sizeof(scale_raw_t));
+                } else {
+                    prefetch_l2(zp[set] + row * kZpRowBytes, kBits == 4 ? (kPrefetchBlocks + 1) / 2 : kPrefetchBlocks);
+                }
+            }
+        }
+}
+#endif
+
 // The whole kernel body. Cluster c (CTA c when kClusterK is 1) takes column
 // groups c, c + clusters, ... (kCtaCols columns each); warp w of CTA rank r
 // takes the kWarpCols columns of part w % kColWarps and k steps
@@ -1675,6 +1739,18 @@ __device__ __forceinline__ void tc_run(
     // its CTAs as soon as every CTA here has started: they take SMs as the
     // CTAs here finish, instead of after the last one and a launch gap.
     asm volatile("griddepcontrol.launch_dependents;" : : : "memory");
+#if NBITS_PREFETCH_FIRST
+    // Such a CTA starts while the kernel before it still runs (in its last,
+    // partial round of CTAs, when DRAM has bandwidth to spare): L2 fetches
+    // what its warps read first (kPrefetchCodes of each row of its first
+    // column group, with their scales and zero points) meanwhile, instead of
+    // every CTA paying DRAM's latency after the wait.
+    // A prefetch hands nothing to the kernel, and L2 is where every SM's
+    // writes meet, so it cannot show the kernel stale bytes.
+    if (cluster < groups) {
+        prefetch_rows_to_l2<NSETS>(b, scales, zp, cluster * kCtaCols, min(n, (cluster + 1) * kCtaCols));
+    }
+#endif
     asm volatile("griddepcontrol.wait;" : : : "memory");
 #endif
 

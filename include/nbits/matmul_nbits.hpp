@@ -64,9 +64,9 @@ struct MatMulNBitsConfig {
 // NBITS_PREFILL_CHUNK_COLUMNS (64..1048576) for its dequantise + cuBLASLt
 // route, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4), NBITS_DECODE_TILES
 // (1|2), NBITS_DECODE_STAGE_ACTS (0|1), NBITS_DECODE_COL_WARPS (1|2|4),
-// NBITS_DECODE_CLUSTER_K (1|2|4), NBITS_DECODE_CHUNKS (1|2) and
-// NBITS_DECODE_STAGE_META (0|1) for its decode kernels. Other values are
-// ignored.
+// NBITS_DECODE_CLUSTER_K (1|2|4), NBITS_DECODE_CHUNKS (1|2),
+// NBITS_DECODE_STAGE_META (0|1) and NBITS_DECODE_PREFETCH (0|1) for its
+// decode kernels. Other values are ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
 inline constexpr const char* kDownColumnsAliasEnv = "ONNX_GENAI_DOWN_COLS";
@@ -85,6 +85,7 @@ inline constexpr const char* kDecodeColWarpsEnv = "NBITS_DECODE_COL_WARPS";
 inline constexpr const char* kDecodeClusterKEnv = "NBITS_DECODE_CLUSTER_K";
 inline constexpr const char* kDecodeChunksEnv = "NBITS_DECODE_CHUNKS";
 inline constexpr const char* kDecodeStageMetaEnv = "NBITS_DECODE_STAGE_META";
+inline constexpr const char* kDecodePrefetchEnv = "NBITS_DECODE_PREFETCH";
 
 struct PlanOverrides {
     std::optional<int> down_columns;
@@ -159,6 +160,11 @@ struct PlanOverrides {
     // measured faster: int4 block 32, int8 block 16, and int8 block 32 at
     // M = 1 with two CTAs an SM).
     std::optional<int> decode_stage_meta;
+    // 1: a tensor-core decode kernel launched as a programmatic dependent
+    // asks L2 for the first k steps of its first column group (weights,
+    // scales, zero points) while it waits for the kernel before it; 0: it
+    // does not. Unset: 1.
+    std::optional<int> decode_prefetch;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
     // The same rules over given variables (environment name -> text; a name
@@ -169,7 +175,8 @@ struct PlanOverrides {
     // PREFILL_WGMMA_MIN_M 17 to 65, PREFILL_WGMMA_TILE_M 128 or 256, DECODE_PDL
     // 0 or 1, DECODE_STAGES 2 to 4, DECODE_TILES 1 or 2, DECODE_STAGE_ACTS 0 or
     // 1, DECODE_COL_WARPS 1, 2 or 4, PREFILL_CHUNK_COLUMNS 64 to 1048576,
-    // DECODE_CLUSTER_K 1, 2 or 4, DECODE_CHUNKS 1 or 2.
+    // DECODE_CLUSTER_K 1, 2 or 4, DECODE_CHUNKS 1 or 2, DECODE_STAGE_META and
+    // DECODE_PREFETCH 0 or 1.
     static PlanOverrides parse(const std::map<std::string, std::string>& variables);
 };
 

@@ -262,6 +262,7 @@ PlanOverrides parse_overrides(const jit::EnvLookup& variable)
     overrides.decode_chunks =
         accepted(variable(kDecodeChunksEnv), [](std::uint32_t chunks) { return chunks == 1 || chunks == 2; });
     overrides.decode_stage_meta = accepted(variable(kDecodeStageMetaEnv), [](std::uint32_t on) { return on <= 1; });
+    overrides.decode_prefetch = accepted(variable(kDecodePrefetchEnv), [](std::uint32_t on) { return on <= 1; });
     return overrides;
 }
 

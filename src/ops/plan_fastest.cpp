@@ -1255,6 +1255,10 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         }
         if (programmatic) {
             step.define("NBITS_PROGRAMMATIC", 1).programmatic_dependent(true);
+            const std::optional<int> prefetch = fastest.request.context.overrides.decode_prefetch;
+            if (!prefetch || *prefetch == 1) {
+                step.define("NBITS_PREFETCH_FIRST", 1);
+            }
         }
     }
     step.grid(grid).block(32 * warps).add_to(plan, fastest.request);

@@ -231,6 +231,12 @@ TEST_CASE("NBITS_DECODE_STAGE_META counts only as 0 or 1")
                    {"2", "-1", " 1", "", "on"}, {"1", 1});
 }
 
+TEST_CASE("NBITS_DECODE_PREFETCH counts only as 0 or 1")
+{
+    check_override(kDecodePrefetchEnv, &PlanOverrides::decode_prefetch, {{"0", 0}, {"1", 1}, {"+1", 1}},
+                   {"2", "-1", " 1", "", "on"}, {"0", 0});
+}
+
 TEST_CASE("plan overrides come from the environment only through PlanOverrides::from_environment")
 {
     ::setenv(kDownColumnsEnv, "4", 1);

@@ -931,9 +931,21 @@ TEST_CASE("Fastest decode on sm_90 launches as a programmatic dependent of the k
     off.context.overrides = decode_pdl("0");
     CHECK_FALSE(test::kernel_step(off.plan(), 0).config.programmatic_dependent);
     CHECK_FALSE(defines(test::kernel_step(off.plan(), 0), "NBITS_PROGRAMMATIC=1"));
+    // Only a programmatic launch prefetches its first k steps into L2 while it waits (the kernel refuses
+    // NBITS_PREFETCH_FIRST without NBITS_PROGRAMMATIC).
+    CHECK(defines(lm_head, "NBITS_PREFETCH_FIRST=1"));
+    CHECK(defines(paired, "NBITS_PREFETCH_FIRST=1"));
+    CHECK_FALSE(defines(test::kernel_step(off.plan(), 0), "NBITS_PREFETCH_FIRST=1"));
     CHECK(decode_pdl("1").decode_programmatic == 1);
     CHECK_FALSE(decode_pdl("2").decode_programmatic.has_value());
     CHECK_FALSE(decode_pdl("on").decode_programmatic.has_value());
+    // NBITS_DECODE_PREFETCH=0 keeps the programmatic launch without the prefetch.
+    test::Problem unprefetched = fastest(node(4096, 128256), rows(1));
+    unprefetched.context.overrides = PlanOverrides::parse({{kDecodePrefetchEnv, "0"}});
+    const KernelStep waiting = test::kernel_step(unprefetched.plan(), 0);
+    CHECK(waiting.config.programmatic_dependent);
+    CHECK(defines(waiting, "NBITS_PROGRAMMATIC=1"));
+    CHECK_FALSE(defines(waiting, "NBITS_PREFETCH_FIRST=1"));
     // int8 too, its launches reserving shared memory so that no more CTAs share an SM than the plan counts on
     // (its registers would let a third in): 2 on lm_head, 3 on Llama-3-70B qkv. Launched plainly they need none.
     const std::size_t sm_bytes = std::size_t{Capabilities::h200().max_shared_memory_per_block_optin} + 1024;

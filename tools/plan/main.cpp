@@ -97,6 +97,7 @@ struct PlanOptions {
     std::optional<std::string> decode_cluster_k;
     std::optional<std::string> decode_chunks;
     std::optional<std::string> decode_stage_meta;
+    std::optional<std::string> decode_prefetch;
 
     bool json = false;
     bool help = false;
@@ -126,6 +127,7 @@ constexpr OverrideFlag kOverrideFlags[] = {
     {"decode-cluster-k", "1|2|4", kDecodeClusterKEnv, &PlanOptions::decode_cluster_k},
     {"decode-chunks", "1|2", kDecodeChunksEnv, &PlanOptions::decode_chunks},
     {"decode-stage-meta", "0|1", kDecodeStageMetaEnv, &PlanOptions::decode_stage_meta},
+    {"decode-prefetch", "0|1", kDecodePrefetchEnv, &PlanOptions::decode_prefetch},
 };
 
 tools::CommandLine command_line(PlanOptions& o)
@@ -258,7 +260,7 @@ std::string plan_text(const PlanOptions& o)
                        &PlanOverrides::decode_tiles, &PlanOverrides::decode_stage_acts,
                        &PlanOverrides::decode_col_warps, &PlanOverrides::prefill_chunk_columns,
                        &PlanOverrides::decode_cluster_k, &PlanOverrides::decode_chunks,
-                       &PlanOverrides::decode_stage_meta}) {
+                       &PlanOverrides::decode_stage_meta, &PlanOverrides::decode_prefetch}) {
         if (forced.*field) {
             context.overrides.*field = forced.*field;
         }
