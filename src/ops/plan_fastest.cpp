@@ -33,7 +33,10 @@ namespace {
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 // The most scratch a Fastest run takes: chunks are sized to fit.
 constexpr std::size_t kWorkspaceBudget = 64 * kMiB;
-constexpr std::size_t kGemmWorkspaceBytes = 16 * kMiB;
+// The algorithms cuBLASLt picks for the dequantised chunks on the H200 asked for at most 4 bytes of workspace
+// (16 MiB offered), bar split-K ones for chunks too narrow to fill the SMs; what the GEMMs do not take widens
+// the chunks.
+constexpr std::size_t kGemmWorkspaceBytes = 4 * kMiB;
 constexpr std::size_t kNormalizedBudget = 8 * kMiB;
 constexpr std::size_t kGateBudget = 16 * kMiB;
 // Columns of a dequantised weight chunk are a multiple of this (cuBLASLt tiles).
@@ -387,6 +390,35 @@ std::size_t whole_tiles(std::size_t columns)
     return columns >= kChunkColumns ? columns / kChunkColumns * kChunkColumns : std::max<std::size_t>(columns / 8 * 8, 8);
 }
 
+// The chunk width, at most `widest` columns, whose cuBLASLt GEMMs over `rows` rows take the fewest waves of
+// output tiles in all, then the fewest chunks. cuBLASLt covers these shapes with 128 x 256 tiles, one CTA an SM,
+// so a chunk's GEMM takes ceil(row tiles x column tiles / SMs) waves: at M = 2048 (16 row tiles) on 132 SMs a
+// chunk of 2048 columns is one wave, one of 2304 two. Widths are whole tiles of 256 columns.
+std::size_t wave_aligned_chunk(std::size_t n, std::size_t widest, std::size_t rows, std::size_t sms)
+{
+    constexpr std::size_t kTileRows = 128;
+    constexpr std::size_t kTileColumns = 256;
+    if (widest >= n || widest < kTileColumns || sms == 0) {
+        return widest;
+    }
+    const std::size_t row_tiles = div_ceil(rows, kTileRows);
+    const std::size_t column_tiles = div_ceil(n, kTileColumns);
+    const auto waves = [&](std::size_t tiles) { return div_ceil(row_tiles * tiles, sms); };
+    std::size_t best = widest;
+    std::size_t best_waves = std::numeric_limits<std::size_t>::max();
+    std::size_t best_chunks = std::numeric_limits<std::size_t>::max();
+    for (std::size_t per_chunk = widest / kTileColumns; per_chunk >= 1; --per_chunk) {
+        const std::size_t chunks = div_ceil(column_tiles, per_chunk);
+        const std::size_t total = (chunks - 1) * waves(per_chunk) + waves(column_tiles - (chunks - 1) * per_chunk);
+        if (total < best_waves || (total == best_waves && chunks < best_chunks)) {
+            best = per_chunk * kTileColumns;
+            best_waves = total;
+            best_chunks = chunks;
+        }
+    }
+    return best;
+}
+
 // Rows [row, row + rows) of a row-major tensor whose rows are `row_bytes` apart.
 BufferRef rows_of(BufferRef tensor, std::size_t row, std::size_t row_bytes) { return tensor.at(row * row_bytes); }
 
@@ -679,6 +711,9 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
         // NBITS_PREFILL_CHUNK_COLUMNS narrows the chunk, never past the budget.
         if (const std::optional<int> forced = fastest.request.context.overrides.prefill_chunk_columns) {
             chunk_columns = std::min(chunk_columns, whole_tiles(static_cast<std::size_t>(*forced)));
+        } else {
+            chunk_columns = wave_aligned_chunk(config.n, chunk_columns, rows_per_pass,
+                                               fastest.request.context.capabilities.multiprocessor_count);
         }
         chunk_columns = std::min(chunk_columns, div_ceil(config.n, kChunkColumns) * kChunkColumns);
     }

@@ -568,31 +568,59 @@ TEST_CASE("Fastest prefill beyond M = 128: dequantised column chunks through cuB
     CHECK(plan.workspace_bytes() <= 64u << 20);
 }
 
+// The column widths of a dequantise + cuBLASLt plan's GEMMs, in order; its scratch within the budget.
+std::vector<std::size_t> gemm_widths(test::Problem p)
+{
+    const LaunchPlan plan = p.plan();
+    std::vector<std::size_t> widths;
+    for (const PlanStep& step : plan.steps) {
+        if (const auto* gemm = std::get_if<GemmStep>(&step)) {
+            widths.push_back(gemm->n);
+        }
+    }
+    CHECK(plan.workspace_bytes() <= 64u << 20);
+    return widths;
+}
+
+TEST_CASE("Fastest prefill's dequantised chunks take the fewest waves of cuBLASLt tiles the budget allows")
+{
+    using Widths = std::vector<std::size_t>;
+    // Llama-3-8B up at M = 2048: 24 tiles of 256 columns a chunk (3 waves of 16 x 24 tiles on 132 SMs), not the
+    // 30 the budget holds (4 waves).
+    CHECK(gemm_widths(fastest(node(4096, 14336), rows(2048))) == Widths{6144, 6144, 2048});
+    CHECK(gemm_widths(fastest(node(4096, 14336), rows(1024))) == Widths{7680, 6656});
+    // Qwen2.5-7B up: 33 tiles fill 4 waves exactly.
+    CHECK(gemm_widths(fastest(node(3584, 18944), rows(2048))) == Widths{8448, 8448, 2048});
+    // Llama-3-70B up: one wave a chunk of 2048 columns at M = 2048; at M = 1024 the widest chunks, two waves each.
+    CHECK(gemm_widths(fastest(node(8192, 28672), rows(2048))) == Widths(14, 2048));
+    CHECK(gemm_widths(fastest(node(8192, 28672), rows(1024))) ==
+          Widths{3840, 3840, 3840, 3840, 3840, 3840, 3840, 1792});
+    // Llama-3-8B down: two chunks of one wave instead of 2176 + 1920 columns, the second two waves at M = 2048.
+    CHECK(gemm_widths(fastest(node(14336, 4096), rows(2048))) == Widths{2048, 2048});
+    CHECK(gemm_widths(fastest(node(14336, 4096), rows(512))) == Widths{2048, 2048});
+    // The SMs count: the A100's 108 take a wave of 6 column tiles at M = 2048.
+    CHECK(gemm_widths(fastest(node(14336, 4096), rows(2048), Capabilities::a100())) == Widths{1536, 1536, 1024});
+    // A node whose weights fit the budget takes one chunk.
+    CHECK(gemm_widths(fastest(node(3584, 4608), rows(2048))) == Widths{4608});
+}
+
 TEST_CASE("Fastest prefill's dequantised chunks narrow to NBITS_PREFILL_CHUNK_COLUMNS (64..1048576), never past the budget")
 {
-    auto gemm_widths = [](const std::optional<std::string>& text) {
+    auto chunked = [](const std::optional<std::string>& text) {
         test::Problem p = fastest(node(4096, 14336), rows(2048));
         p.context.overrides =
             text ? PlanOverrides::parse({{kPrefillChunkColumnsEnv, *text}}) : PlanOverrides::parse({});
-        const LaunchPlan plan = p.plan();
-        std::vector<std::size_t> widths;
-        for (const PlanStep& step : plan.steps) {
-            if (const auto* gemm = std::get_if<GemmStep>(&step)) {
-                widths.push_back(gemm->n);
-            }
-        }
-        CHECK(plan.workspace_bytes() <= 64u << 20);
-        return widths;
+        return gemm_widths(p);
     };
-    CHECK(gemm_widths(std::nullopt) == std::vector<std::size_t>{6144, 6144, 2048});
-    CHECK(gemm_widths("4096") == std::vector<std::size_t>{4096, 4096, 4096, 2048});
+    CHECK(chunked(std::nullopt) == std::vector<std::size_t>{6144, 6144, 2048});
+    CHECK(chunked("4096") == std::vector<std::size_t>{4096, 4096, 4096, 2048});
     // Whole tiles of 64 columns: 3000 -> 2944.
-    CHECK(gemm_widths("3000") == std::vector<std::size_t>{2944, 2944, 2944, 2944, 2560});
-    // The budget (48 MiB of K = 4096 weights, 6144 columns) caps a wider request.
-    CHECK(gemm_widths("16384") == std::vector<std::size_t>{6144, 6144, 2048});
+    CHECK(chunked("3000") == std::vector<std::size_t>{2944, 2944, 2944, 2944, 2560});
+    // The budget (60 MiB of K = 4096 weights, 7680 columns) caps a wider request.
+    CHECK(chunked("16384") == std::vector<std::size_t>{7680, 6656});
     for (const char* ignored : {"63", "0", "1048577", "-4096", " 4096", "", "wide"}) {
         CAPTURE(ignored);
-        CHECK(gemm_widths(std::string(ignored)) == std::vector<std::size_t>{6144, 6144, 2048});
+        CHECK(chunked(std::string(ignored)) == std::vector<std::size_t>{6144, 6144, 2048});
     }
     ::setenv(kPrefillChunkColumnsEnv, "2048", 1);
     CHECK(PlanOverrides::from_environment().prefill_chunk_columns == 2048);
