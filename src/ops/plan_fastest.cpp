@@ -33,9 +33,9 @@ namespace {
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 // The most scratch a Fastest run takes: chunks are sized to fit.
 constexpr std::size_t kWorkspaceBudget = 64 * kMiB;
-// The algorithms cuBLASLt picks for the dequantised chunks on the H200 asked for at most 4 bytes of workspace
-// (16 MiB offered), bar split-K ones for chunks too narrow to fill the SMs; what the GEMMs do not take widens
-// the chunks.
+// The algorithms cuBLASLt picks for the dequantised chunks ask for at most 4 bytes of workspace on the H200, bar
+// split-K ones for chunks too narrow to fill the SMs (5-7 MB), which the wave-aligned widths avoid; the rest of
+// the budget widens the chunks.
 constexpr std::size_t kGemmWorkspaceBytes = 4 * kMiB;
 constexpr std::size_t kNormalizedBudget = 8 * kMiB;
 constexpr std::size_t kGateBudget = 16 * kMiB;
