@@ -595,7 +595,7 @@ TEST_CASE("Fastest prefill's dequantised chunks take the fewest waves of cuBLASL
     CHECK(gemm_widths(fastest(node(8192, 28672), rows(2048))) == Widths(14, 2048));
     CHECK(gemm_widths(fastest(node(8192, 28672), rows(1024))) ==
           Widths{3840, 3840, 3840, 3840, 3840, 3840, 3840, 1792});
-    // Llama-3-8B down: two chunks of one wave instead of 2176 + 1920 columns, the second two waves at M = 2048.
+    // Llama-3-8B down: two chunks of one wave instead of 2176 + 1920 columns, the first two waves at M = 2048.
     CHECK(gemm_widths(fastest(node(14336, 4096), rows(2048))) == Widths{2048, 2048});
     CHECK(gemm_widths(fastest(node(14336, 4096), rows(512))) == Widths{2048, 2048});
     // The SMs count: the A100's 108 take a wave of 6 column tiles at M = 2048.
