@@ -1715,6 +1715,69 @@ extern "C" __global__ void __launch_bounds__(NBITS_NORM_THREADS) nbits_rmsnorm_r
 }
 #endif
 
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_bias_rows || NBITS_ENTRY_nbits_silu_mul_rows
+// The elementwise epilogues walk rows x n elements of Y in units of 8
+// consecutive elements of one row, a grid-stride loop of them: one division
+// per unit, in 32 bits wherever the unit count allows. A unit whose rows are
+// 16-byte aligned moves as one uint4.
+namespace nbits_prefill {
+constexpr int kRowUnit = 8;
+
+// 16-byte aligned, so that a unit loads and stores as one 128-bit access rather than eight 16-bit ones.
+struct alignas(16) RowUnit {
+    act_t e[kRowUnit];
+};
+
+template <typename Index, typename Visit>
+__device__ __forceinline__ void walk_row_units(int rows, int n, Visit visit)
+{
+    const Index per_row = (Index)((n + kRowUnit - 1) / kRowUnit);
+    const Index total = (Index)rows * per_row;
+    const Index stride = (Index)gridDim.x * blockDim.x;
+    for (Index u = (Index)blockIdx.x * blockDim.x + threadIdx.x; u < total; u += stride) {
+        const Index r = u / per_row;
+        visit((long)r, (int)(u - r * per_row) * kRowUnit);
+    }
+}
+
+template <typename Visit>
+__device__ __forceinline__ void for_each_row_unit(int rows, int n, Visit visit)
+{
+    const unsigned long long units = (unsigned long long)rows * ((n + kRowUnit - 1) / kRowUnit);
+    if (units + (unsigned long long)gridDim.x * blockDim.x <= 0xffffffffull) {
+        walk_row_units<unsigned>(rows, n, visit);
+    } else {
+        walk_row_units<unsigned long long>(rows, n, visit);
+    }
+}
+
+__device__ __forceinline__ bool aligned16(const void* p)
+{
+    return (reinterpret_cast<unsigned long long>(p) & 15) == 0;
+}
+
+// out[i] = op(out[i], in[i]) for the unit of `count` elements at out and in,
+// as uint4 loads and stores when `whole` (16-byte aligned, 8 elements).
+template <typename Op>
+__device__ __forceinline__ void update_unit(act_t* out, const act_t* in, int count, bool whole, Op op)
+{
+    if (whole) {
+        RowUnit o = *reinterpret_cast<const RowUnit*>(out);
+        const RowUnit v = *reinterpret_cast<const RowUnit*>(in);
+#pragma unroll
+        for (int i = 0; i < kRowUnit; ++i) {
+            o.e[i] = op(o.e[i], v.e[i]);
+        }
+        *reinterpret_cast<RowUnit*>(out) = o;
+    } else {
+        for (int i = 0; i < count; ++i) {
+            out[i] = op(out[i], in[i]);
+        }
+    }
+}
+}  // namespace nbits_prefill
+#endif
+
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_bias_rows
 // y[r, c] = T(y[r, c] + bias[r * bias_row_stride + c]) for r < rows, c < n,
 // with Y's rows ldy elements apart: the bias of the dequantise + cuBLASLt
@@ -1728,13 +1791,13 @@ extern "C" __global__ void nbits_bias_rows(
     const int ldy,
     const int bias_row_stride)
 {
-    const long total = (long)rows * n;
-    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
-        const long r = i / n;
-        const long c = i % n;
-        act_t* out = y + r * ldy + c;
-        *out = to_act(to_float(*out) + to_float(bias[r * bias_row_stride + c]));
-    }
+    using namespace nbits_prefill;
+    const bool vector = n % kRowUnit == 0 && ldy % kRowUnit == 0 && bias_row_stride % kRowUnit == 0 &&
+                        aligned16(y) && aligned16(bias);
+    for_each_row_unit(rows, n, [&](long r, int c) {
+        update_unit(y + r * ldy + c, bias + r * bias_row_stride + c, min(kRowUnit, n - c), vector,
+                    [](act_t out, act_t b) { return to_act(to_float(out) + to_float(b)); });
+    });
 }
 #endif
 
@@ -1749,14 +1812,14 @@ extern "C" __global__ void nbits_silu_mul_rows(
     const int n,
     const int ldy)
 {
-    const long total = (long)rows * n;
-    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
-        const long r = i / n;
-        const long c = i % n;
-        const float x = to_float(gate[i]);
-        act_t* out = y + r * ldy + c;
-        // x / (1 + e^-x): e^-x overflows to inf for x < -88, giving -0.
-        *out = to_act(x / (1.0f + __expf(-x)) * to_float(*out));
-    }
+    using namespace nbits_prefill;
+    const bool vector = n % kRowUnit == 0 && ldy % kRowUnit == 0 && aligned16(y) && aligned16(gate);
+    for_each_row_unit(rows, n, [&](long r, int c) {
+        update_unit(y + r * ldy + c, gate + r * n + c, min(kRowUnit, n - c), vector, [](act_t out, act_t g) {
+            // x / (1 + e^-x): e^-x overflows to inf for x < -88, giving -0.
+            const float x = to_float(g);
+            return to_act(x / (1.0f + __expf(-x)) * to_float(out));
+        });
+    });
 }
 #endif

@@ -49,6 +49,7 @@ constexpr std::size_t kFusedMaxM = 128;
 constexpr std::size_t kMaxPrefillSteps = std::size_t{1} << 16;
 constexpr std::size_t kDecodeMaxM = 16;
 constexpr std::uint32_t kElementwiseThreads = 256;
+constexpr std::size_t kElementwiseUnit = 8;  // elements of a row each thread of an epilogue takes at a time
 constexpr std::uint32_t kDequantizeThreads = 256;
 constexpr std::uint32_t kDequantizeUnits = 4;
 constexpr std::uint32_t kNormThreads = 256;
@@ -544,12 +545,12 @@ void add_gemm(LaunchPlan& plan, const FastestRequest& fastest, BufferRef a, int 
 }
 
 // An elementwise epilogue over `rows` x `columns` of Y (row pitch `ldy`): the shared tail of its parameters and a
-// grid-stride loop, a few waves of CTAs covering any size.
+// grid-stride loop over units of 8 elements of a row, a few waves of CTAs covering any size.
 void add_row_epilogue(StepBuilder& step, LaunchPlan& plan, const FastestRequest& fastest, std::size_t ldy,
                       std::size_t rows, std::size_t columns)
 {
     const std::size_t sms = std::max<std::uint32_t>(fastest.request.context.capabilities.multiprocessor_count, 1);
-    const std::size_t wanted = div_ceil(rows * columns, kElementwiseThreads);
+    const std::size_t wanted = div_ceil(rows * div_ceil(columns, kElementwiseUnit), kElementwiseThreads);
     step.size_arg("rows", rows, "M")
         .size_arg("n", columns, "N")
         .size_arg("ldy", ldy, "N")
