@@ -1719,14 +1719,9 @@ extern "C" __global__ void __launch_bounds__(NBITS_NORM_THREADS) nbits_rmsnorm_r
 // The elementwise epilogues walk rows x n elements of Y in units of 8
 // consecutive elements of one row, a grid-stride loop of them: one division
 // per unit, in 32 bits wherever the unit count allows. A unit whose rows are
-// 16-byte aligned moves as one uint4.
+// 16-byte aligned moves as one uint4 (an Act8).
 namespace nbits_prefill {
-constexpr int kRowUnit = 8;
-
-// 16-byte aligned, so that a unit loads and stores as one 128-bit access rather than eight 16-bit ones.
-struct alignas(16) RowUnit {
-    act_t e[kRowUnit];
-};
+constexpr int kRowUnit = sizeof(Act8) / sizeof(act_t);
 
 template <typename Index, typename Visit>
 __device__ __forceinline__ void walk_row_units(int rows, int n, Visit visit)
@@ -1762,13 +1757,15 @@ template <typename Op>
 __device__ __forceinline__ void update_unit(act_t* out, const act_t* in, int count, bool whole, Op op)
 {
     if (whole) {
-        RowUnit o = *reinterpret_cast<const RowUnit*>(out);
-        const RowUnit v = *reinterpret_cast<const RowUnit*>(in);
+        Act8 o;
+        Act8 v;
+        o.raw = *reinterpret_cast<const uint4*>(out);
+        v.raw = *reinterpret_cast<const uint4*>(in);
 #pragma unroll
         for (int i = 0; i < kRowUnit; ++i) {
             o.e[i] = op(o.e[i], v.e[i]);
         }
-        *reinterpret_cast<RowUnit*>(out) = o;
+        *reinterpret_cast<uint4*>(out) = o.raw;
     } else {
         for (int i = 0; i < count; ++i) {
             out[i] = op(out[i], in[i]);
