@@ -82,10 +82,13 @@ std::vector<FastestCase> cases()
                 c.block_size = blocks[rotation % 6];
                 c.zero_points = rotation % 2 == 1;
                 c.f32_scales = rotation % 5 == 3;
-                c.bias = static_cast<Bias>(rotation % 4);
-                // K and N tails: K not a multiple of the block or of 8, N not a multiple of 8.
+                // The bias mode moves by three with each M, so that every mode meets each layout (by the rotation
+                // alone it would follow the layout, per-token only on the paired layouts, which drop the bias).
+                c.bias = static_cast<Bias>((rotation + 3 * (rotation / 8)) % 4);
+                // K and N tails: K not a multiple of the block or of 8, N not a multiple of 8 (also for the paired
+                // node, whose SwiGLU pass then walks rows that are not 16-byte aligned).
                 c.k = layout == 5 ? 1000 : layout == 6 ? 1003 : 512;
-                c.n = layout == 4 ? 157 : 160;
+                c.n = layout == 4 || layout == 7 ? 157 : 160;
                 if (layout == 2) {
                     c.gamma = rotation % 3 == 0 ? DataType::Float32 : activation;
                 }
