@@ -1778,8 +1778,7 @@ __device__ __forceinline__ void update_unit(act_t* out, const act_t* in, int cou
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_bias_rows
 // y[r, c] = T(y[r, c] + bias[r * bias_row_stride + c]) for r < rows, c < n,
 // with Y's rows ldy elements apart: the bias of the dequantise + cuBLASLt
-// route where cuBLASLt's broadcast epilogue does not apply (a folded bias,
-// which rounds the product first, and a per-token residual).
+// route where cuBLASLt's broadcast epilogue does not apply: a per-token bias.
 extern "C" __global__ void nbits_bias_rows(
     act_t* __restrict__ y,                // align 2
     const act_t* __restrict__ bias,       // align 2

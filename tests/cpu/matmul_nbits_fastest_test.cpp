@@ -604,6 +604,34 @@ TEST_CASE("Fastest prefill's dequantised chunks take the fewest waves of cuBLASL
     CHECK(gemm_widths(fastest(node(3584, 4608), rows(2048))) == Widths{4608});
 }
 
+TEST_CASE("Fastest prefill's dequantised chunks add a bias of one row, folded or not, in cuBLASLt's epilogue and a "
+          "per-token bias in a pass over Y")
+{
+    // Per chunk: whether its GEMM adds a bias, and whether an nbits_bias_rows pass follows it.
+    auto bias_stages = [](const test::Problem& p) {
+        std::vector<std::pair<bool, bool>> stages;
+        for (const PlanStep& step : p.plan().steps) {
+            if (const auto* gemm = std::get_if<GemmStep>(&step)) {
+                stages.emplace_back(!gemm->bias.is_null(), false);
+            } else if (const auto* kernel = std::get_if<KernelStep>(&step);
+                       kernel != nullptr && kernel->entry == "nbits_bias_rows") {
+                REQUIRE(!stages.empty());
+                stages.back().second = true;
+            }
+        }
+        return stages;
+    };
+    using Stages = std::vector<std::pair<bool, bool>>;
+    test::Shapes biased = rows(2048);
+    biased.bias = true;
+    const Stages in_gemm(3, {true, false});
+    CHECK(bias_stages(fastest(node(4096, 14336), biased)) == in_gemm);
+    CHECK(bias_stages(fastest(test::marked(node(4096, 14336), kFoldedBiasAttr), biased)) == in_gemm);
+    test::Problem per_token = fastest(node(4096, 14336), biased);
+    per_token.inputs[5] = test::desc(DataType::Float16, {2048, 14336});
+    CHECK(bias_stages(per_token) == Stages(3, {false, true}));
+}
+
 TEST_CASE("Fastest prefill's dequantised chunks narrow to NBITS_PREFILL_CHUNK_COLUMNS (64..1048576), never past the budget")
 {
     auto chunked = [](const std::optional<std::string>& text) {
