@@ -1418,6 +1418,13 @@ union Act8 {
     act_t e[8];
 };
 
+// SwiGLU's silu(gate) * up in fp32, x / (1 + e^-x): e^-x overflows to inf
+// for x < -88, giving -0.
+__device__ __forceinline__ float swiglu(const float gate, const float up)
+{
+    return gate / (1.0f + expf(-gate)) * up;
+}
+
 // Writes 8 outputs of row `row` from column col0 (those < n), 16-byte
 // vectorised when the row allows it.
 __device__ __forceinline__ void store8(
@@ -1561,9 +1568,7 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) NBIT
         Act8 out;
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-            const float x = gate[e];
-            // x / (1 + e^-x): e^-x overflows to inf for x < -88, giving -0.
-            out.e[e] = to_act(x / (1.0f + expf(-x)) * up[e]);
+            out.e[e] = to_act(swiglu(gate[e], up[e]));
         }
         store8(y, out, row, col0, n);
     }
@@ -1798,24 +1803,47 @@ extern "C" __global__ void nbits_bias_rows(
 #endif
 
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_silu_mul_rows
-// y[r, c] = T(silu(gate[r, c]) * y[r, c]) for r < rows, c < n, gate rows n
-// elements apart and Y's ldy apart: the SwiGLU of a paired node on the
-// dequantise + cuBLASLt route, with the formula of nbits_prefill_gate_up.
+// y[r, c] = T(swiglu(gate[r, c], up[r, c])) for r < rows, c < n, the fp32
+// gate and up projections' rows n elements apart and Y's ldy apart: the
+// SwiGLU of a paired node on the dequantise + cuBLASLt route, one rounding
+// like nbits_prefill_gate_up's (projections rounded to act_t first would put
+// three roundings in Y, past the float64 oracle's bound for fp16).
 extern "C" __global__ void nbits_silu_mul_rows(
-    const act_t* __restrict__ gate,       // align 2
+    const float* __restrict__ gate,       // align 4
+    const float* __restrict__ up,         // align 4
     act_t* __restrict__ y,                // align 2
     const int rows,
     const int n,
     const int ldy)
 {
     using namespace nbits_prefill;
-    const bool vector = n % kRowUnit == 0 && ldy % kRowUnit == 0 && aligned16(y) && aligned16(gate);
+    const bool vector =
+        n % kRowUnit == 0 && ldy % kRowUnit == 0 && aligned16(y) && aligned16(gate) && aligned16(up);
     for_each_row_unit(rows, n, [&](long r, int c) {
-        update_unit(y + r * ldy + c, gate + r * n + c, min(kRowUnit, n - c), vector, [](act_t out, act_t g) {
-            // x / (1 + e^-x): e^-x overflows to inf for x < -88, giving -0.
-            const float x = to_float(g);
-            return to_act(x / (1.0f + __expf(-x)) * to_float(out));
-        });
+        const float* g = gate + r * n + c;
+        const float* u = up + r * n + c;
+        act_t* out = y + r * ldy + c;
+        if (vector) {
+            float4 gv[2];
+            float4 uv[2];
+            gv[0] = *reinterpret_cast<const float4*>(g);
+            gv[1] = *reinterpret_cast<const float4*>(g + 4);
+            uv[0] = *reinterpret_cast<const float4*>(u);
+            uv[1] = *reinterpret_cast<const float4*>(u + 4);
+            const float* gf = reinterpret_cast<const float*>(gv);
+            const float* uf = reinterpret_cast<const float*>(uv);
+            Act8 o;
+#pragma unroll
+            for (int i = 0; i < kRowUnit; ++i) {
+                o.e[i] = to_act(swiglu(gf[i], uf[i]));
+            }
+            *reinterpret_cast<uint4*>(out) = o.raw;
+        } else {
+            const int count = min(kRowUnit, n - c);
+            for (int i = 0; i < count; ++i) {
+                out[i] = to_act(swiglu(g[i], u[i]));
+            }
+        }
     });
 }
 #endif

@@ -95,7 +95,9 @@ struct GemmStep {
         KxN,  // W[K, N] row-major (the dequantized f32 weight of the original)
         NxK,  // W[N, K] row-major: Y = A · Wᵀ (nbits' dequantized half weights)
     };
-    DataType dtype = DataType::Float32;  // A, W, Y and bias
+    DataType dtype = DataType::Float32;  // A, W and bias, and Y unless y_dtype says otherwise
+    // Y's dtype when it differs from A's: Float32, for an fp32 intermediate that a later pass rounds once.
+    std::optional<DataType> y_dtype;
     WeightLayout weight_layout = WeightLayout::KxN;
     BufferRef a, w, y, bias;
     std::size_t m = 0, k = 0, n = 0;

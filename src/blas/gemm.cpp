@@ -42,13 +42,14 @@ Layout layout(cudaDataType_t type, std::uint64_t rows, std::uint64_t columns, st
 struct AlgorithmKey {
     cublasLtHandle_t handle;
     DataType dtype;
+    DataType y_dtype;
     bool weights_nk;
     bool bias;
     std::size_t m, k, n, ldy, workspace_bytes;
     bool operator<(const AlgorithmKey& o) const
     {
-        return std::tie(handle, dtype, weights_nk, bias, m, k, n, ldy, workspace_bytes) <
-               std::tie(o.handle, o.dtype, o.weights_nk, o.bias, o.m, o.k, o.n, o.ldy, o.workspace_bytes);
+        return std::tie(handle, dtype, y_dtype, weights_nk, bias, m, k, n, ldy, workspace_bytes) <
+               std::tie(o.handle, o.dtype, o.y_dtype, o.weights_nk, o.bias, o.m, o.k, o.n, o.ldy, o.workspace_bytes);
     }
 };
 
@@ -96,6 +97,23 @@ cudaDataType_t cuda_type(DataType dtype)
 
 }  // namespace
 
+GemmParams gemm_params(const ops::GemmStep& step, const std::function<CUdeviceptr(const ops::BufferRef&)>& resolve)
+{
+    GemmParams params;
+    params.dtype = step.dtype;
+    params.y_dtype = step.y_dtype;
+    params.weights_nk = step.weight_layout == ops::GemmStep::WeightLayout::NxK;
+    params.a = resolve(step.a);
+    params.w = resolve(step.w);
+    params.y = resolve(step.y);
+    params.bias = resolve(step.bias);
+    params.m = step.m;
+    params.k = step.k;
+    params.n = step.n;
+    params.ldy = step.ldy;
+    return params;
+}
+
 void gemm(CudaRuntime& runtime, const GemmParams& p, CUdeviceptr workspace, std::size_t workspace_bytes,
           CUstream stream)
 {
@@ -127,10 +145,11 @@ void gemm(CudaRuntime& runtime, const GemmParams& p, CUdeviceptr workspace, std:
     const Layout w_layout = p.weights_nk ? layout(type, p.k, p.n, static_cast<std::int64_t>(p.k))
                                          : layout(type, p.n, p.k, static_cast<std::int64_t>(p.n));
     const Layout a_layout = layout(type, p.k, p.m, static_cast<std::int64_t>(p.k));
-    const Layout y_layout = layout(type, p.n, p.m, static_cast<std::int64_t>(ldy));
+    const DataType y_dtype = p.y_dtype.value_or(p.dtype);
+    const Layout y_layout = layout(cuda_type(y_dtype), p.n, p.m, static_cast<std::int64_t>(ldy));
 
     cublasLtHandle_t handle = runtime.internals().blas();
-    const AlgorithmKey key{handle, p.dtype, p.weights_nk, p.bias != 0, p.m, p.k, p.n, ldy, workspace_bytes};
+    const AlgorithmKey key{handle, p.dtype, y_dtype, p.weights_nk, p.bias != 0, p.m, p.k, p.n, ldy, workspace_bytes};
     std::optional<cublasLtMatmulAlgo_t> algorithm = algorithm_cache().find(key);
     if (!algorithm) {
         cublasLtMatmulPreference_t raw_preference = nullptr;

@@ -110,6 +110,7 @@ void write_step(JsonWriter& json, const KernelStep& step)
 void write_step(JsonWriter& json, const GemmStep& step)
 {
     json.begin_object().field("kind", "gemm").field("dtype", to_string(step.dtype));
+    json.field("y_dtype", to_string(step.y_dtype.value_or(step.dtype)));
     json.field("weight_layout", layout_name(step.weight_layout));
     for (const auto& [name, ref] : {std::pair{"a", &step.a}, std::pair{"w", &step.w}, std::pair{"y", &step.y},
                                     std::pair{"bias", &step.bias}}) {
@@ -144,9 +145,10 @@ std::string describe_step(const KernelStep& step)
 
 std::string describe_step(const GemmStep& step)
 {
-    return fmt::format("  cuBLASLt GEMM {} Y[{}x{}] = A[{}x{}] · W({}): a={}, w={}, y={}, bias={}, workspace={} "
+    const std::string y_type = step.y_dtype ? fmt::format(" {}", to_string(*step.y_dtype)) : std::string();
+    return fmt::format("  cuBLASLt GEMM {}{} Y[{}x{}] = A[{}x{}] · W({}): a={}, w={}, y={}, bias={}, workspace={} "
                        "({} bytes)\n",
-                       to_string(step.dtype), step.m, step.n, step.m, step.k, layout_name(step.weight_layout),
+                       to_string(step.dtype), y_type, step.m, step.n, step.m, step.k, layout_name(step.weight_layout),
                        ref_text(step.a), ref_text(step.w), ref_text(step.y), ref_text(step.bias),
                        ref_text(step.workspace), step.workspace_bytes);
 }

@@ -88,17 +88,8 @@ void launch(CudaRuntime::Internals& runtime, const KernelStep& step, CUfunction 
 void gemm(CudaRuntime& runtime, const GemmStep& step, const PlanBindings& bindings, const Scratch& scratch,
           CUstream stream)
 {
-    blas::GemmParams params;
-    params.dtype = step.dtype;
-    params.weights_nk = step.weight_layout == GemmStep::WeightLayout::NxK;
-    params.a = resolve(step.a, bindings, scratch);
-    params.w = resolve(step.w, bindings, scratch);
-    params.y = resolve(step.y, bindings, scratch);
-    params.bias = resolve(step.bias, bindings, scratch);
-    params.m = step.m;
-    params.k = step.k;
-    params.n = step.n;
-    params.ldy = step.ldy;
+    const blas::GemmParams params =
+        blas::gemm_params(step, [&](const BufferRef& ref) { return resolve(ref, bindings, scratch); });
     blas::gemm(runtime, params, resolve(step.workspace, bindings, scratch), step.workspace_bytes, stream);
 }
 

@@ -38,7 +38,17 @@ constexpr std::size_t kWorkspaceBudget = 64 * kMiB;
 // the budget widens the chunks.
 constexpr std::size_t kGemmWorkspaceBytes = 4 * kMiB;
 constexpr std::size_t kNormalizedBudget = 8 * kMiB;
-constexpr std::size_t kGateBudget = 16 * kMiB;
+// The paired node's gate and up projections of a chunk, in fp32 (8 bytes a row and column) so that its SwiGLU pass
+// rounds once. At M = 2048 it holds 2048 columns, whose cuBLASLt GEMMs fill one wave of the H200's SMs.
+constexpr std::size_t kSwigluBudget = 32 * kMiB;
+constexpr std::size_t kSwigluBytes = 2 * sizeof(float);
+
+// Bytes of one fp32 projection of `rows` x `columns`, a whole number of 256 bytes: the up projection follows the
+// gate's at the alignment cuBLASLt's heuristic assumes of every matrix.
+std::size_t projection_bytes(std::size_t rows, std::size_t columns)
+{
+    return (rows * columns * sizeof(float) + 255) / 256 * 256;
+}
 // Columns of a dequantised weight chunk are a multiple of this (cuBLASLt tiles).
 constexpr std::size_t kChunkColumns = 64;
 constexpr std::size_t kFusedMaxM = 128;
@@ -525,11 +535,17 @@ void add_dequantize(LaunchPlan& plan, const FastestRequest& fastest, const HalfO
         .add_to(plan, fastest.request);
 }
 
+// Y = A . W^T over a chunk of `columns` weights in scratch; Y in fp32 with `fp32_y` (the paired node's
+// projections), else in A's dtype.
 void add_gemm(LaunchPlan& plan, const FastestRequest& fastest, BufferRef a, int weights, BufferRef y,
-              std::size_t ldy, BufferRef bias, std::size_t rows, std::size_t columns, int workspace)
+              std::size_t ldy, BufferRef bias, std::size_t rows, std::size_t columns, int workspace,
+              bool fp32_y = false)
 {
     GemmStep gemm;
     gemm.dtype = fastest.operands.activation_type;
+    if (fp32_y) {
+        gemm.y_dtype = DataType::Float32;
+    }
     gemm.weight_layout = GemmStep::WeightLayout::NxK;
     gemm.a = a;
     gemm.w = BufferRef::scratch(weights);
@@ -568,18 +584,18 @@ void add_bias_rows(LaunchPlan& plan, const FastestRequest& fastest, BufferRef y,
     add_row_epilogue(step, plan, fastest, ldy, rows, columns);
 }
 
-void add_silu_mul_rows(LaunchPlan& plan, const FastestRequest& fastest, BufferRef gate, BufferRef y, std::size_t ldy,
-                       std::size_t rows, std::size_t columns)
+void add_silu_mul_rows(LaunchPlan& plan, const FastestRequest& fastest, BufferRef gate, BufferRef up, BufferRef y,
+                       std::size_t ldy, std::size_t rows, std::size_t columns)
 {
     StepBuilder step("nbits_silu_mul_rows", "nbits SwiGLU epilogue");
-    step.arg("gate", gate).arg("y", y);
+    step.arg("gate", gate).arg("up", up).arg("y", y);
     add_row_epilogue(step, plan, fastest, ldy, rows, columns);
 }
 
 // Large M: columns of the weights dequantised chunk by chunk into scratch,
 // each chunk multiplied by cuBLASLt (Y = A . W_chunk^T into Y's columns).
 void add_dequantized_gemms(LaunchPlan& plan, const FastestRequest& fastest, BufferRef activation, std::size_t row,
-                           std::size_t rows, int weights, int gate, std::size_t chunk_columns, int workspace)
+                           std::size_t rows, int weights, int projections, std::size_t chunk_columns, int workspace)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
     const HalfOperands& o = fastest.operands;
@@ -594,13 +610,14 @@ void add_dequantized_gemms(LaunchPlan& plan, const FastestRequest& fastest, Buff
         const std::size_t columns = std::min(chunk_columns, config.n - column);
         const BufferRef y_chunk = y_rows.at(column * element);
         if (fastest.up != nullptr) {
+            const BufferRef gate = BufferRef::scratch(projections);
+            const BufferRef up = gate.at(projection_bytes(rows, columns));
             add_dequantize(plan, fastest, o, weights, column, columns);
-            add_gemm(plan, fastest, activation, weights, BufferRef::scratch(gate), columns, BufferRef::null(), rows,
-                     columns, workspace);
+            add_gemm(plan, fastest, activation, weights, gate, columns, BufferRef::null(), rows, columns, workspace,
+                     true);
             add_dequantize(plan, fastest, *fastest.up, weights, column, columns);
-            add_gemm(plan, fastest, activation, weights, y_chunk, config.n, BufferRef::null(), rows, columns,
-                     workspace);
-            add_silu_mul_rows(plan, fastest, BufferRef::scratch(gate), y_chunk, config.n, rows, columns);
+            add_gemm(plan, fastest, activation, weights, up, columns, BufferRef::null(), rows, columns, workspace, true);
+            add_silu_mul_rows(plan, fastest, gate, up, y_chunk, config.n, rows, columns);
             continue;
         }
         add_dequantize(plan, fastest, o, weights, column, columns);
@@ -704,12 +721,13 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
     std::size_t weight_budget = kWorkspaceBudget - kGemmWorkspaceBytes - (normalized ? kNormalizedBudget : 0);
     if (!fused) {
         if (paired) {
-            weight_budget -= kGateBudget;
-            rows_per_pass = std::min(rows_per_pass, std::max<std::size_t>(kGateBudget / (kChunkColumns * element), 1));
+            weight_budget -= kSwigluBudget;
+            rows_per_pass =
+                std::min(rows_per_pass, std::max<std::size_t>(kSwigluBudget / (kChunkColumns * kSwigluBytes), 1));
         }
         chunk_columns = whole_tiles(weight_budget / a_row_bytes);
         if (paired) {
-            chunk_columns = std::min(chunk_columns, whole_tiles(kGateBudget / (rows_per_pass * element)));
+            chunk_columns = std::min(chunk_columns, whole_tiles(kSwigluBudget / (rows_per_pass * kSwigluBytes)));
         }
         // NBITS_PREFILL_CHUNK_COLUMNS narrows the chunk, never past the budget.
         if (const std::optional<int> forced = fastest.request.context.overrides.prefill_chunk_columns) {
@@ -740,16 +758,16 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
     // bounded by the budget before the next factor multiplies it.
     const std::size_t norm_bytes = normalized ? rows_per_pass * a_row_bytes : 0;
     std::size_t weight_bytes = 0;
-    std::size_t gate_bytes = 0;
+    std::size_t projections_bytes = 0;
     if (!fused) {
         if (chunk_columns > kWorkspaceBudget / a_row_bytes) {
             return false;
         }
         weight_bytes = chunk_columns * a_row_bytes;
-        gate_bytes = paired ? rows_per_pass * chunk_columns * element : 0;
+        projections_bytes = paired ? 2 * projection_bytes(rows_per_pass, chunk_columns) : 0;
     }
-    if (norm_bytes > kWorkspaceBudget || gate_bytes > kWorkspaceBudget ||
-        norm_bytes + weight_bytes + gate_bytes + (fused ? 0 : kGemmWorkspaceBytes) > kWorkspaceBudget) {
+    if (norm_bytes > kWorkspaceBudget || projections_bytes > kWorkspaceBudget ||
+        norm_bytes + weight_bytes + projections_bytes + (fused ? 0 : kGemmWorkspaceBytes) > kWorkspaceBudget) {
         return false;
     }
 
@@ -757,12 +775,13 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
     const int norm_scratch =
         normalized ? add_scratch(candidate, fastest.request, norm_bytes, "the normalized rows") : -1;
     int weights = -1;
-    int gate = -1;
+    int projections = -1;
     int workspace = -1;
     if (!fused) {
         weights = add_scratch(candidate, fastest.request, weight_bytes, "a dequantized weight chunk");
         if (paired) {
-            gate = add_scratch(candidate, fastest.request, gate_bytes, "the gate chunk");
+            projections =
+                add_scratch(candidate, fastest.request, projections_bytes, "the gate and up projections of a chunk");
         }
         workspace = add_scratch(candidate, fastest.request, kGemmWorkspaceBytes, "the cuBLASLt workspace");
     }
@@ -781,7 +800,8 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
             }
             split_k = std::max(split_k, tiles->split_k);
         } else {
-            add_dequantized_gemms(candidate, fastest, activation, row, rows, weights, gate, chunk_columns, workspace);
+            add_dequantized_gemms(candidate, fastest, activation, row, rows, weights, projections, chunk_columns,
+                                  workspace);
         }
     }
     const char* kind = paired ? "paired gate/up SwiGLU" : "MatMulNBits";

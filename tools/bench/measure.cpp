@@ -887,18 +887,7 @@ std::vector<BareStep> resolve_steps(CudaRuntime& runtime, const Bindings& bindin
             }
         } else {
             const auto& gemm = std::get<ops::GemmStep>(planned);
-            blas::GemmParams params;
-            params.dtype = gemm.dtype;
-            params.weights_nk = gemm.weight_layout == ops::GemmStep::WeightLayout::NxK;
-            params.a = resolve(gemm.a, bindings);
-            params.w = resolve(gemm.w, bindings);
-            params.y = resolve(gemm.y, bindings);
-            params.bias = resolve(gemm.bias, bindings);
-            params.m = gemm.m;
-            params.k = gemm.k;
-            params.n = gemm.n;
-            params.ldy = gemm.ldy;
-            bare.gemm = params;
+            bare.gemm = blas::gemm_params(gemm, [&](const ops::BufferRef& ref) { return resolve(ref, bindings); });
             bare.gemm_workspace = resolve(gemm.workspace, bindings);
             bare.gemm_workspace_bytes = gemm.workspace_bytes;
             bare.what = "cuBLASLt GEMM";
