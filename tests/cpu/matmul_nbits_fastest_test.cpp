@@ -632,6 +632,40 @@ TEST_CASE("Fastest prefill's dequantised chunks add a bias of one row, folded or
     CHECK(bias_stages(per_token) == Stages(3, {false, true}));
 }
 
+TEST_CASE("the paired node's dequantised chunks keep the gate and up projections in fp32 for one rounding in SwiGLU")
+{
+    const LaunchPlan plan = fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(2048)).plan();
+    REQUIRE(plan.variant == "nbits_prefill_dequantize_cublaslt");
+    // Per chunk of 2048 columns (32 MiB of fp32 projections at M = 2048): dequantise and multiply the gate, the
+    // same for up, then SwiGLU into Y.
+    const std::vector<std::string> chunk{"nbits_dequantize", "cuBLASLt", "nbits_dequantize", "cuBLASLt",
+                                         "nbits_silu_mul_rows"};
+    std::vector<std::string> expected;
+    for (int i = 0; i < 7; ++i) {
+        expected.insert(expected.end(), chunk.begin(), chunk.end());
+    }
+    REQUIRE(entries(plan) == expected);
+    const auto& gate = std::get<GemmStep>(plan.steps[1]);
+    const auto& up = std::get<GemmStep>(plan.steps[3]);
+    for (const GemmStep* projection : {&gate, &up}) {
+        CHECK(projection->dtype == DataType::Float16);
+        CHECK(projection->y_dtype == DataType::Float32);
+        CHECK(projection->n == 2048);
+        CHECK(projection->ldy == 2048);
+        CHECK(projection->y.kind == BufferRef::Kind::Scratch);
+    }
+    CHECK(up.y == gate.y.at(std::size_t{2048} * 2048 * sizeof(float)));
+    const KernelStep& swiglu = test::kernel_step(plan, 4);
+    REQUIRE(swiglu.args.size() >= 3);
+    CHECK(std::get<BufferRef>(swiglu.args[0]) == gate.y);
+    CHECK(std::get<BufferRef>(swiglu.args[1]) == up.y);
+    CHECK(std::get<BufferRef>(swiglu.args[2]) == BufferRef::output(0));
+    CHECK(plan.workspace_bytes() <= 64u << 20);
+    // The unpaired node's GEMMs write Y in its own dtype.
+    const LaunchPlan unpaired = fastest(node(4096, 14336), rows(2048)).plan();
+    CHECK_FALSE(std::get<GemmStep>(unpaired.steps[1]).y_dtype.has_value());
+}
+
 TEST_CASE("Fastest prefill's dequantised chunks narrow to NBITS_PREFILL_CHUNK_COLUMNS (64..1048576), never past the budget")
 {
     auto chunked = [](const std::optional<std::string>& text) {
