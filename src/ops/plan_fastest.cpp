@@ -129,9 +129,10 @@ constexpr std::size_t kWgmmaMinM = 33;
 constexpr std::size_t kWgmmaMaxM = 256;
 // Past kWgmmaMaxM the wgmma GEMM (128-token tiles) still beats dequantise + cuBLASLt up to this M where its grid
 // covers every CTA slot (see wgmma_prefill); the paired gate/up node, whose dequantised route takes two GEMMs and
-// a SwiGLU pass per chunk, up to the second.
+// a SwiGLU pass per chunk, up to the second, and past it while M x K stays below the third (see wgmma_max_m).
 constexpr std::size_t kWgmmaFullGridMaxM = 512;
 constexpr std::size_t kWgmmaPairedFullGridMaxM = 1024;
+constexpr std::size_t kWgmmaPairedMaxMK = std::size_t{1} << 23;
 // Producer warps of the 64-token wgmma tiles (NBITS_PRODUCER_WARPS): the H200, fp16 int4 block 32, against every
 // warp copying and computing (same call): Llama-3-8B up M = 40 36.59 -> 35.23 us, M = 64 37.36 -> 36.29,
 // Llama-3-70B up M = 40 122.51 -> 114.02, M = 64 123.46 -> 115.12; Qwen2.5-7B up (53.18 -> 53.36 at M = 64),
@@ -654,7 +655,7 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
 
 // sm_90 (wgmma is arch-specific: compute 9.0 exactly) for 32 < M <= 256 when
 // the grid fills three quarters of the SMs, and for 256 < M <= 512 (the
-// paired gate/up node: 1024) when it covers every CTA slot (two an SM). On
+// paired gate/up node: see wgmma_max_m) when it covers every CTA slot (two an SM). On
 // the H200 (nbits-bench, fp16 int4 block 32): Llama-3-8B up M = 128 58.5 us
 // against 84.6 fused on mma.sync, M = 256 85.2 against 111.0 dequantised;
 // Llama-3-70B up M = 128 161.9 against 263.9. At M = 512 (one call on the kernels of 1d5f8f2, wgmma
@@ -668,8 +669,8 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
 // up 185.7 / 194.5 / 235.7 against 163.5 / 190.2 / 240.7), while the paired
 // node keeps gaining (8B gate/up 357.9 / 412.3 / 483.1 against 304.5 / 368.5 /
 // 462.8, Qwen2.5-7B gate/up 455.4 / 524.7 / 591.7 against 333.5 / 388.2 /
-// 496.0) until M = 2048 (8B gate/up 844.1 dequantised against 905.4); there
-// dequantise + cuBLASLt wins (8B up 350.5 against 439.0),
+// 496.0), with fp32 projections further (see wgmma_max_m); at M = 2048
+// dequantise + cuBLASLt wins for one weight set (8B up 350.5 against 439.0),
 // and a grid short of the SMs (8B qkv, N = 6144 at M = 128: 48 CTAs, 54 us in
 // the lab against 25 dequantised) leaves too many idle. At 32 < M <= 64 its
 // 64-token tiles beat the mma.sync GEMM's (one run, M = 40 / 64, fused
@@ -678,6 +679,22 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
 // down 67.4 / 69.5 against 59.2 / 60.8, Qwen2.5-7B up 63.1 / 64.5 against
 // 56.3 / 56.5; at M = 32 the mma.sync GEMM's 32-token tiles win (8B up 30.3
 // against 37.8, down 32.3 against 59.1).
+// The largest M the wgmma GEMM takes as planned. The paired node's dequantised route pays, per element of Y, fp32
+// gate and up projections and a SwiGLU pass against GEMMs of 2K multiply-adds, so the larger K the earlier it
+// wins: past M = 1024 the wgmma GEMM stays while M x K < 2^23. On the H200 (fp16 int4 block 32, one call, wgmma
+// against dequantised, us): at M = 1280 / 1536 / 2048 Qwen2.5-0.5B gate/up 55.1 / 64.4 / 87.5 against 91.3 /
+// 105.1 / 138.3, Phi-3.5-mini 246.4 / 292.6 / 388.3 against 284.8 / 346.0 / 402.3, Qwen2.5-7B 628.7 / 738.8 /
+// 982.5 against 739.8 / 850.1 / 1054.5 (M = 4096: 1998.5 against 1980.4), Llama-3-8B 560.9 / 682.8 / 898.5
+// against 596.2 / 708.2 / 856.3, Llama-3-70B 2166.1 / 2608.5 / 3494.8 against 2135.0 / 2403.0 / 3250.6.
+std::size_t wgmma_max_m(const FastestRequest& fastest)
+{
+    if (fastest.up == nullptr) {
+        return kWgmmaFullGridMaxM;
+    }
+    const std::size_t k = std::max<std::size_t>(fastest.request.config.k, 1);
+    return std::max(kWgmmaPairedFullGridMaxM, (kWgmmaPairedMaxMK - 1) / k);
+}
+
 bool wgmma_prefill(const FastestRequest& fastest)
 {
     const Capabilities& device = fastest.request.context.capabilities;
@@ -687,8 +704,7 @@ bool wgmma_prefill(const FastestRequest& fastest)
         lowered && *lowered >= 17 && *lowered <= 65 ? static_cast<std::size_t>(*lowered) : kWgmmaMinM;
     // NBITS_PREFILL_WGMMA_TILE_M lifts the upper bound.
     const bool unbounded = wgmma_tile_m_override(fastest).has_value();
-    const std::size_t full_grid_max_m = fastest.up != nullptr ? kWgmmaPairedFullGridMaxM : kWgmmaFullGridMaxM;
-    const std::size_t max_m = unbounded ? std::numeric_limits<std::size_t>::max() : full_grid_max_m;
+    const std::size_t max_m = unbounded ? std::numeric_limits<std::size_t>::max() : wgmma_max_m(fastest);
     if (device.compute_major != 9 || device.compute_minor != 0 || fastest.m < min_m || fastest.m > max_m) {
         return false;
     }

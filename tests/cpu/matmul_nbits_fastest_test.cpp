@@ -236,12 +236,20 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 32 < M <= 256 when its g
     const LaunchPlan paired_512 = fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(512)).plan();
     CHECK(paired_512.variant == "nbits_prefill_wgmma");
     CHECK(test::kernel_step(paired_512, 0).config.grid == Dim3{224, 4, 1});
-    // The paired node up to M = 1024, past it dequantised chunks.
+    // The paired node up to M = 1024, past it while M x K < 2^23, then dequantised chunks: Llama-3-8B gate/up
+    // (K = 4096) up to M = 2047, Llama-3-70B (K = 8192) to 1024, Qwen2.5-7B (K = 3584) to 2340.
+    auto paired_route = [](std::size_t k, std::size_t n, std::size_t m) {
+        return fastest(test::marked(node(k, n), kGateUpSwigluAttr), rows(m)).plan().variant;
+    };
     const LaunchPlan paired_1024 = fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(1024)).plan();
     CHECK(paired_1024.variant == "nbits_prefill_wgmma");
     CHECK(test::kernel_step(paired_1024, 0).config.grid == Dim3{224, 8, 1});
-    CHECK(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(1025)).plan().variant ==
-          "nbits_prefill_dequantize_cublaslt");
+    CHECK(paired_route(4096, 14336, 2047) == "nbits_prefill_wgmma");
+    CHECK(paired_route(4096, 14336, 2048) == "nbits_prefill_dequantize_cublaslt");
+    CHECK(paired_route(8192, 28672, 1024) == "nbits_prefill_wgmma");
+    CHECK(paired_route(8192, 28672, 1025) == "nbits_prefill_dequantize_cublaslt");
+    CHECK(paired_route(3584, 18944, 2340) == "nbits_prefill_wgmma");
+    CHECK(paired_route(3584, 18944, 2341) == "nbits_prefill_dequantize_cublaslt");
     // 48 column tiles (Llama-3-8B qkv): at M = 128 split over clusters of 4 (192 CTAs); at M = 256 (two row
     // tiles, not split) 96 CTAs leave too many of the 132 SMs idle.
     CHECK(test::kernel_step(fastest(node(4096, 6144), rows(128)).plan(), 0).config.grid == Dim3{48, 1, 4});
