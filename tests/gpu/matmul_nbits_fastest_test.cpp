@@ -861,8 +861,8 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
     add(DataType::Float32, 1, 4, 32, true, Bias::Plain, false, false);      // decode on CUDA cores
     add(DataType::Float16, 40, 4, 16, true, Bias::PerToken, true, false);   // fused prefill, RMS rows
     add(DataType::BFloat16, 24, 4, 32, false, Bias::None, false, true);     // fused prefill gate/up
-    add(DataType::Float16, 150, 8, 32, true, Bias::Folded, false, false);   // dequantise + cuBLASLt, bias rows
-    add(DataType::BFloat16, 140, 4, 64, false, Bias::None, true, true);     // dequantise + cuBLASLt gate/up
+    add(DataType::Float16, 150, 8, 32, true, Bias::PerToken, false, false);  // dequantise + cuBLASLt, bias rows
+    add(DataType::BFloat16, 140, 4, 64, false, Bias::None, true, true);      // dequantise + cuBLASLt, fp32 SwiGLU
     add(DataType::Float16, 130, 4, 32, true, Bias::Plain, false, false);    // wgmma on sm_90
     set.back().n = 6500;
     add(DataType::BFloat16, 200, 8, 16, false, Bias::None, true, true);     // wgmma gate/up on sm_90
