@@ -49,6 +49,7 @@ std::size_t projection_bytes(std::size_t rows, std::size_t columns)
 {
     return (rows * columns * sizeof(float) + 255) / 256 * 256;
 }
+
 // Columns of a dequantised weight chunk are a multiple of this (cuBLASLt tiles).
 constexpr std::size_t kChunkColumns = 64;
 constexpr std::size_t kFusedMaxM = 128;
@@ -653,6 +654,22 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
     return 2 * prefill_ctas(fastest, preset_for(fastest, fastest.m)) >= sms;
 }
 
+// The largest M the wgmma GEMM takes as planned. The paired node's dequantised route pays, per element of Y, fp32
+// gate and up projections and a SwiGLU pass beside GEMMs of 2K multiply-adds, so the larger K, the smaller the M
+// from which that route wins: past M = 1024 the wgmma GEMM stays while M x K < 2^23. On the H200 (fp16 int4 block 32, one call, wgmma
+// against dequantised, us): at M = 1280 / 1536 / 2048 Qwen2.5-0.5B gate/up 55.1 / 64.4 / 87.5 against 91.3 /
+// 105.1 / 138.3, Phi-3.5-mini 246.4 / 292.6 / 388.3 against 284.8 / 346.0 / 402.3, Qwen2.5-7B 628.7 / 738.8 /
+// 982.5 against 739.8 / 850.1 / 1054.5 (M = 4096: 1998.5 against 1980.4), Llama-3-8B 560.9 / 682.8 / 898.5
+// against 596.2 / 708.2 / 856.3, Llama-3-70B 2166.1 / 2608.5 / 3494.8 against 2135.0 / 2403.0 / 3250.6.
+std::size_t wgmma_max_m(const FastestRequest& fastest)
+{
+    if (fastest.up == nullptr) {
+        return kWgmmaFullGridMaxM;
+    }
+    const std::size_t k = std::max<std::size_t>(fastest.request.config.k, 1);
+    return std::max(kWgmmaPairedFullGridMaxM, (kWgmmaPairedMaxMK - 1) / k);
+}
+
 // sm_90 (wgmma is arch-specific: compute 9.0 exactly) for 32 < M <= 256 when
 // the grid fills three quarters of the SMs, and for 256 < M <= 512 (the
 // paired gate/up node: see wgmma_max_m) when it covers every CTA slot (two an SM). On
@@ -679,22 +696,6 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
 // down 67.4 / 69.5 against 59.2 / 60.8, Qwen2.5-7B up 63.1 / 64.5 against
 // 56.3 / 56.5; at M = 32 the mma.sync GEMM's 32-token tiles win (8B up 30.3
 // against 37.8, down 32.3 against 59.1).
-// The largest M the wgmma GEMM takes as planned. The paired node's dequantised route pays, per element of Y, fp32
-// gate and up projections and a SwiGLU pass against GEMMs of 2K multiply-adds, so the larger K the earlier it
-// wins: past M = 1024 the wgmma GEMM stays while M x K < 2^23. On the H200 (fp16 int4 block 32, one call, wgmma
-// against dequantised, us): at M = 1280 / 1536 / 2048 Qwen2.5-0.5B gate/up 55.1 / 64.4 / 87.5 against 91.3 /
-// 105.1 / 138.3, Phi-3.5-mini 246.4 / 292.6 / 388.3 against 284.8 / 346.0 / 402.3, Qwen2.5-7B 628.7 / 738.8 /
-// 982.5 against 739.8 / 850.1 / 1054.5 (M = 4096: 1998.5 against 1980.4), Llama-3-8B 560.9 / 682.8 / 898.5
-// against 596.2 / 708.2 / 856.3, Llama-3-70B 2166.1 / 2608.5 / 3494.8 against 2135.0 / 2403.0 / 3250.6.
-std::size_t wgmma_max_m(const FastestRequest& fastest)
-{
-    if (fastest.up == nullptr) {
-        return kWgmmaFullGridMaxM;
-    }
-    const std::size_t k = std::max<std::size_t>(fastest.request.config.k, 1);
-    return std::max(kWgmmaPairedFullGridMaxM, (kWgmmaPairedMaxMK - 1) / k);
-}
-
 bool wgmma_prefill(const FastestRequest& fastest)
 {
     const Capabilities& device = fastest.request.context.capabilities;
