@@ -7,7 +7,8 @@
 //                   only when its grid fills half the SMs)
 //   32 < M <= 512   on sm_90: the same GEMM on warpgroup MMA (wgmma, compute_90a; tiles of
 //                   64 tokens up to M = 64, of 128 above) when its grid fills three quarters
-//                   of the SMs (past M = 256: every CTA slot; the paired node up to 1024)
+//                   of the SMs (past M = 256: every CTA slot; the paired node up to 1024, and on
+//                   while M x K < 2^23)
 //   otherwise       matmul_prefill.cu: dequantise chunks of columns into scratch, then cuBLASLt
 // On sm_90 the fused GEMMs split K over thread block clusters where the H200
 // measured it faster (measured_split_k); NBITS_PREFILL_SPLIT_K overrides the
