@@ -1418,6 +1418,15 @@ union Act8 {
     act_t e[8];
 };
 
+// Eight consecutive floats from a 16-byte-aligned address, as two 128-bit loads.
+__device__ __forceinline__ void load_float8(const float* p, float (&v)[8])
+{
+    const float4 lo = *reinterpret_cast<const float4*>(p);
+    const float4 hi = *reinterpret_cast<const float4*>(p + 4);
+    v[0] = lo.x; v[1] = lo.y; v[2] = lo.z; v[3] = lo.w;
+    v[4] = hi.x; v[5] = hi.y; v[6] = hi.z; v[7] = hi.w;
+}
+
 // SwiGLU's silu(gate) * up in fp32, x / (1 + e^-x): e^-x overflows to inf
 // for x < -88, giving -0.
 __device__ __forceinline__ float swiglu(const float gate, const float up)
@@ -1697,10 +1706,7 @@ extern "C" __global__ void __launch_bounds__(NBITS_NORM_THREADS) nbits_rmsnorm_r
             v.raw = *reinterpret_cast<const uint4*>(x + 8 * c);
             float gm[8];
             if (sizeof(gamma_t) == 4) {
-                const float4 g0 = *reinterpret_cast<const float4*>(gamma + 8 * c);
-                const float4 g1 = *reinterpret_cast<const float4*>(gamma + 8 * c + 4);
-                gm[0] = g0.x; gm[1] = g0.y; gm[2] = g0.z; gm[3] = g0.w;
-                gm[4] = g1.x; gm[5] = g1.y; gm[6] = g1.z; gm[7] = g1.w;
+                load_float8(reinterpret_cast<const float*>(gamma + 8 * c), gm);
             } else {
                 Act8 gv;
                 gv.raw = *reinterpret_cast<const uint4*>(gamma + 8 * c);
@@ -1824,14 +1830,10 @@ extern "C" __global__ void nbits_silu_mul_rows(
         const float* u = up + r * n + c;
         act_t* out = y + r * ldy + c;
         if (vector) {
-            float4 gv[2];
-            float4 uv[2];
-            gv[0] = *reinterpret_cast<const float4*>(g);
-            gv[1] = *reinterpret_cast<const float4*>(g + 4);
-            uv[0] = *reinterpret_cast<const float4*>(u);
-            uv[1] = *reinterpret_cast<const float4*>(u + 4);
-            const float* gf = reinterpret_cast<const float*>(gv);
-            const float* uf = reinterpret_cast<const float*>(uv);
+            float gf[8];
+            float uf[8];
+            load_float8(g, gf);
+            load_float8(u, uf);
             Act8 o;
 #pragma unroll
             for (int i = 0; i < kRowUnit; ++i) {

@@ -538,17 +538,15 @@ void add_dequantize(LaunchPlan& plan, const FastestRequest& fastest, const HalfO
         .add_to(plan, fastest.request);
 }
 
-// Y = A . W^T over a chunk of `columns` weights in scratch; Y in fp32 with `fp32_y` (the paired node's
-// projections), else in A's dtype.
+// Y = A . W^T over a chunk of `columns` weights in scratch; Y in A's dtype unless `y_dtype` is given (Float32:
+// the paired node's projections).
 void add_gemm(LaunchPlan& plan, const FastestRequest& fastest, BufferRef a, int weights, BufferRef y,
               std::size_t ldy, BufferRef bias, std::size_t rows, std::size_t columns, int workspace,
-              bool fp32_y = false)
+              std::optional<DataType> y_dtype = std::nullopt)
 {
     GemmStep gemm;
     gemm.dtype = fastest.operands.activation_type;
-    if (fp32_y) {
-        gemm.y_dtype = DataType::Float32;
-    }
+    gemm.y_dtype = y_dtype;
     gemm.weight_layout = GemmStep::WeightLayout::NxK;
     gemm.a = a;
     gemm.w = BufferRef::scratch(weights);
@@ -617,9 +615,10 @@ void add_dequantized_gemms(LaunchPlan& plan, const FastestRequest& fastest, Buff
             const BufferRef up = gate.at(projection_bytes(rows, columns));
             add_dequantize(plan, fastest, o, weights, column, columns);
             add_gemm(plan, fastest, activation, weights, gate, columns, BufferRef::null(), rows, columns, workspace,
-                     true);
+                     DataType::Float32);
             add_dequantize(plan, fastest, *fastest.up, weights, column, columns);
-            add_gemm(plan, fastest, activation, weights, up, columns, BufferRef::null(), rows, columns, workspace, true);
+            add_gemm(plan, fastest, activation, weights, up, columns, BufferRef::null(), rows, columns, workspace,
+                     DataType::Float32);
             add_silu_mul_rows(plan, fastest, gate, up, y_chunk, config.n, rows, columns);
             continue;
         }
@@ -657,9 +656,9 @@ bool fused_grid_fills_device(const FastestRequest& fastest)
 
 // The largest M the wgmma GEMM takes as planned. The paired node's dequantised route pays, per element of Y, fp32
 // gate and up projections and a SwiGLU pass beside GEMMs of 2K multiply-adds, so the larger K, the smaller the M
-// from which that route wins: past M = 1024 the wgmma GEMM stays while M x K < 2^23. On the H200 (fp16 int4 block 32, one call, wgmma
-// against dequantised, us): at M = 1280 / 1536 / 2048 Qwen2.5-0.5B gate/up 55.1 / 64.4 / 87.5 against 91.3 /
-// 105.1 / 138.3, Phi-3.5-mini 246.4 / 292.6 / 388.3 against 284.8 / 346.0 / 402.3, Qwen2.5-7B 628.7 / 738.8 /
+// from which that route wins: past M = 1024 the wgmma GEMM stays while M x K < 2^23. On the H200 (fp16 int4
+// block 32, one call, wgmma against dequantised, us): at M = 1280 / 1536 / 2048 Qwen2.5-0.5B gate/up 55.1 / 64.4 /
+// 87.5 against 91.3 / 105.1 / 138.3, Phi-3.5-mini 246.4 / 292.6 / 388.3 against 284.8 / 346.0 / 402.3, Qwen2.5-7B 628.7 / 738.8 /
 // 982.5 against 739.8 / 850.1 / 1054.5 (M = 4096: 1998.5 against 1980.4), Llama-3-8B 560.9 / 682.8 / 898.5
 // against 596.2 / 708.2 / 856.3, Llama-3-70B 2166.1 / 2608.5 / 3494.8 against 2135.0 / 2403.0 / 3250.6.
 std::size_t wgmma_max_m(const FastestRequest& fastest)
