@@ -11,6 +11,8 @@
 //   nbits_prefill_gemm     fused dequantising mma.sync GEMM (+ bias)
 //   nbits_prefill_gate_up  the same with the gate and up weight sets of one
 //                          paired node in one CTA: y = silu(gate) * up
+//   nbits_prefill_gemm_tma, nbits_prefill_gate_up_tma  the two with NBITS_TMA,
+//                          taking the tensor maps of A and the weights
 //   nbits_dequantize       W[n_count, K] of act_t for columns n_begin.., for
 //                          the dequantise + cuBLASLt route of large M
 //   nbits_rmsnorm_rows     A'[r, k] = A[r, k] * inv_std[r] * gamma[k]
@@ -72,6 +74,13 @@
 //                          warpgroups that only issue the k tiles' copies and
 //                          hand the stages over through mbarriers (a full and
 //                          an empty one a stage, after the stages in SMEM)
+//   NBITS_TMA        [0]   1 (entries *_tma, with one producer warp): the
+//                          weights and activations of a k tile come by the
+//                          tensor memory accelerator (cp.async.bulk.tensor,
+//                          one instruction each) from the tensor maps the
+//                          entries take, the scales and zero points by the
+//                          producer warp's cp.async; all complete the
+//                          stage's full mbarrier
 //   NBITS_NORM_THREADS [256], NBITS_DEQ_THREADS [256], NBITS_DEQ_UNITS [4]
 // Constraints (static_assert): TILE_N / WARPS_N % 16 == 0, TILE_M / WARPS_M
 // % 8 == 0, UNITS = TILE_K / WARPS_K / 32 in {1, 2, 4}, 8 * UNITS <=
@@ -165,6 +174,9 @@
 #endif
 #ifndef NBITS_PRODUCER_WARPS
 #define NBITS_PRODUCER_WARPS 0
+#endif
+#ifndef NBITS_TMA
+#define NBITS_TMA 0
 #endif
 #ifndef NBITS_NORM_THREADS
 #define NBITS_NORM_THREADS 256
@@ -418,6 +430,40 @@ __device__ __forceinline__ void mbarrier_wait(const u32 bar, const u32 parity)
     } while (done == 0u);
 }
 
+// A CUtensorMap as the driver encodes it (cuTensorMapEncodeTiled): 128
+// opaque bytes, passed by value as a __grid_constant__ kernel parameter.
+struct __align__(64) TmaMap {
+    unsigned long long bits[16];
+};
+
+// Expects `bytes` more of the tensor memory accelerator's copies on the
+// barrier's current phase, with this thread's arrival.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(const u32 bar, const u32 bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
+}
+
+// One arrival on the barrier once every cp.async this thread issued before
+// has landed (counted in the barrier's expected arrivals: .noinc).
+__device__ __forceinline__ void cp_async_mbarrier_arrive(const u32 bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
+}
+
+// The box of `map` at element coordinates (x, y) into shared memory at
+// `dst`, completing its bytes on the mbarrier `bar`; out-of-range elements
+// are zeros.
+__device__ __forceinline__ void tma_load_2d(const u32 dst, const TmaMap* map, const int x, const int y, const u32 bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+        :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void prefetch_tma_map(const TmaMap* map)
+{
+    asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<unsigned long long>(map)) : "memory");
+}
+
 // c += a . b, m16n8k16, fp32 accumulators.
 __device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], const u32 b0, const u32 b1)
 {
@@ -478,6 +524,7 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], cons
 [[maybe_unused]] constexpr int kProducerWarps = NBITS_PRODUCER_WARPS;
 [[maybe_unused]] constexpr int kProducers = 32 * kProducerWarps;
 [[maybe_unused]] constexpr int kBlockThreads = kThreads + kProducers;
+[[maybe_unused]] constexpr bool kTma = NBITS_TMA != 0;
 [[maybe_unused]] constexpr int kPipelineBytes = kStages * kStageBytes > kEpiBytes ? kStages * kStageBytes : kEpiBytes;
 // With producer warps each stage has a full and an empty mbarrier, after the
 // stages and the staged tile.
@@ -495,6 +542,8 @@ static_assert(kStages >= 2, "at least two stages");
 static_assert(kSplitK >= 1 && kSplitK <= 8, "NBITS_SPLIT_K is 1..8 (a portable cluster size)");
 static_assert(kProducerWarps == 0 || (kWgmma && (kProducerWarps == 1 || kProducerWarps == 2 || kProducerWarps == 4)),
     "NBITS_PRODUCER_WARPS is 0, or 1, 2 or 4 with NBITS_WGMMA");
+static_assert(!kTma || (kWgmma && kProducerWarps == 1 && kActAsync && kRowBytes % 16 == 0 && kTileM <= 256),
+    "NBITS_TMA needs the wgmma main loop, one producer warp, K % 8 == 0 and weight rows of whole 16 bytes");
 static_assert(!kWgmma || ((kTileN == 128 || kTileN == 256) && kWarpsN == kTileN / 16 && kTileK == 64 &&
                           kWarpsM == 1 && kWarpsK == 1 && (kTileM == 64 || kTileM == 128 || kTileM == 256) &&
                           kStages >= 3),
@@ -529,6 +578,11 @@ struct WeightSource {
     const u8* zp1;
     int n0;  // first output column of the CTA
     int n;
+    // NBITS_TMA: tensor maps of A ([M, K] elements) and of each set's weight
+    // rows ([N, row bytes] bytes), kernel parameters.
+    const TmaMap* act_map;
+    const TmaMap* b0_map;
+    const TmaMap* b1_map;
 
     // Selected by value, never by index, so the pointers stay in registers.
     __device__ __forceinline__ bool second(const int r) const
@@ -679,8 +733,34 @@ struct StageLoader {
     }
 
     // Issues the copies of k tile `tile` into the stage at shared address
-    // `stage` (generic pointer `stage_ptr`).
+    // `stage` (generic pointer `stage_ptr`); kMetaOnly: only its scales and
+    // zero points (the tensor memory accelerator copies the rest).
+    template <bool kMetaOnly = false>
     __device__ __forceinline__ void load(const u32 stage, u8* stage_ptr, const int tile) const
+    {
+        if constexpr (!kMetaOnly) {
+            load_weights_and_acts(stage, stage_ptr, tile);
+        }
+        const int kb0 = tile * kTileK / kBlockSize;
+#pragma unroll
+        for (int it = 0; it < kSIters; ++it) {
+            const int i = loader + it * kLoaders;
+            if (kSCopies % kLoaders == 0 || i < kSCopies) {
+                cp_async_word(stage + kWBytes + kABytes + 4 * i, s_base[it], s_byte0[it] + kb0 * kScaleBytes,
+                              src.n * kKBlocks * kScaleBytes, i % kScaleWords);
+            }
+        }
+#pragma unroll
+        for (int it = 0; it < kZIters; ++it) {
+            const int i = loader + it * kLoaders;
+            if (kZCopies % kLoaders == 0 || i < kZCopies) {
+                cp_async_word(stage + kWBytes + kABytes + kSBytes + 4 * i, z_base[it],
+                              z_byte0[it] + (kBits == 4 ? kb0 / 2 : kb0), src.n * kZpRowBytes, i % kZw);
+            }
+        }
+    }
+
+    __device__ __forceinline__ void load_weights_and_acts(const u32 stage, u8* stage_ptr, const int tile) const
     {
 #pragma unroll
         for (int it = 0; it < kWIters; ++it) {
@@ -734,24 +814,6 @@ struct StageLoader {
                         }
                     }
                 }
-            }
-        }
-
-        const int kb0 = tile * kTileK / kBlockSize;
-#pragma unroll
-        for (int it = 0; it < kSIters; ++it) {
-            const int i = loader + it * kLoaders;
-            if (kSCopies % kLoaders == 0 || i < kSCopies) {
-                cp_async_word(stage + kWBytes + kABytes + 4 * i, s_base[it], s_byte0[it] + kb0 * kScaleBytes,
-                              src.n * kKBlocks * kScaleBytes, i % kScaleWords);
-            }
-        }
-#pragma unroll
-        for (int it = 0; it < kZIters; ++it) {
-            const int i = loader + it * kLoaders;
-            if (kZCopies % kLoaders == 0 || i < kZCopies) {
-                cp_async_word(stage + kWBytes + kABytes + kSBytes + 4 * i, z_base[it],
-                              z_byte0[it] + (kBits == 4 ? kb0 / 2 : kb0), src.n * kZpRowBytes, i % kZw);
             }
         }
     }
@@ -1141,6 +1203,54 @@ struct StageRing {
     }
 };
 
+// NBITS_TMA: a stage's full barrier completes on 2 arrivals of each producer
+// lane (its scale and zero-point cp.asyncs landed; its plain shared stores
+// released) and lane 0's, which expects the tensor copies' bytes.
+[[maybe_unused]] constexpr int kTmaFullArrivals = 2 * 32 + 1;
+
+// The producer warp of NBITS_TMA: for each k tile, once its stage is free,
+// lane 0 issues the tensor copies of the activation tile (128B-swizzled, as
+// wgmma reads it) and of the weight rows (one box a weight set), and the
+// warp copies the scales and zero points as the cp.async producers do.
+template <bool kPaired>
+__device__ __forceinline__ void produce_by_tma(u8* smem, const u32 smem_base, const u32 full, const u32 empty,
+    const int first, const int count, const act_t* __restrict__ a, const WeightSource<kPaired>& src, const int m,
+    const int m0)
+{
+    const int lane = (int)threadIdx.x - kThreads;
+    const StageLoader<kProducers, kPaired> loader(a, src, m, m0, lane);
+    if (lane == 0) {
+        prefetch_tma_map(src.act_map);
+        prefetch_tma_map(src.b0_map);
+        if (kPaired) {
+            prefetch_tma_map(src.b1_map);
+        }
+    }
+    StageRing ring;  // stage of tile i and the parity of its empty barrier's previous phase
+    ring.parity = 1;
+#pragma unroll 1
+    for (int i = 0; i < count; ++i) {
+        if (i >= kStages) {
+            mbarrier_wait(empty + 8 * ring.stage, ring.parity);
+        }
+        const u32 stage = smem_base + ring.stage * kStageBytes;
+        const u32 bar = full + 8 * ring.stage;
+        const int tile = first + i;
+        loader.template load<true>(stage, smem + ring.stage * kStageBytes, tile);
+        cp_async_mbarrier_arrive(bar);
+        mbarrier_arrive(bar);
+        if (lane == 0) {
+            mbarrier_arrive_expect_tx(bar, (u32)(kWBytes + kABytes));
+            tma_load_2d(stage + kWBytes, src.act_map, tile * kTileK, m0, bar);
+            tma_load_2d(stage, src.b0_map, tile * kWRowBytes, src.n0, bar);
+            if (kPaired) {
+                tma_load_2d(stage + kWBytes / 2, src.b1_map, tile * kWRowBytes, src.n0, bar);
+            }
+        }
+        ring.advance();
+    }
+}
+
 // The warp-specialised pipeline (NBITS_PRODUCER_WARPS): the producer warps
 // issue every tile's copies, up to kStages tiles ahead, and the consumer warps
 // (the first kThreads threads) only compute, never waiting on a CTA barrier.
@@ -1166,12 +1276,14 @@ __device__ __forceinline__ void produced_k_tiles(u8* smem, const u32 smem_base, 
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < kStages; ++s) {
-            mbarrier_init(full + 8 * s, kProducers);
+            mbarrier_init(full + 8 * s, kTma ? kTmaFullArrivals : kProducers);
             mbarrier_init(empty + 8 * s, kThreads);
         }
     }
     __syncthreads();
-    if (tid >= kThreads) {
+    if (kTma && tid >= kThreads) {
+        produce_by_tma(smem, smem_base, full, empty, first, count, a, src, m, m0);
+    } else if (tid >= kThreads) {
         const StageLoader<kProducers, kPaired> loader(a, src, m, m0, tid - kThreads);
         // Stage of tile i, the parity of its empty barrier's previous phase,
         // and the stage of tile i - (kCopiesAhead - 1), whose copies land next.
@@ -1461,26 +1573,20 @@ using namespace nbits_prefill;
 #define NBITS_CLUSTER
 #endif
 
-#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm || NBITS_ENTRY_nbits_prefill_gate_up
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm || NBITS_ENTRY_nbits_prefill_gate_up || \
+    NBITS_ENTRY_nbits_prefill_gemm_tma || NBITS_ENTRY_nbits_prefill_gate_up_tma
 // The dynamic shared memory the two GEMM entries need (prefill_smem_bytes
 // above), readable with cuModuleGetGlobal to check a host-side formula.
 extern "C" __constant__ int nbits_prefill_smem_bytes = kSmemBytes;
 #endif
 
-#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm
-// y[m, n] = a[m, K] . dequant(b)^T (+ bias). bias_row_stride: 0 broadcasts
-// bias[n]; n reads a per-token [m, n] residual. Ignored when NBITS_BIAS_MODE
-// is 0.
-extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) NBITS_CLUSTER nbits_prefill_gemm(
-    const act_t* __restrict__ a,          // align 2; align 16 when K%8==0
-    const u8* __restrict__ b,             // align 8; align 16 when B_ROW%16==0
-    const scale_t* __restrict__ scales,   // align 4
-    const u8* __restrict__ zero_points,   // align 4
-    const act_t* __restrict__ bias,       // align 2; align 16 when N%8==0
-    act_t* __restrict__ y,                // align 2; align 16 when N%8==0
-    const int m,
-    const int n,
-    const int bias_row_stride)
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm || NBITS_ENTRY_nbits_prefill_gemm_tma
+namespace nbits_prefill {
+// The CTA's output tile of the entries nbits_prefill_gemm and nbits_prefill_gemm_tma.
+__device__ __forceinline__ void prefill_gemm(const act_t* __restrict__ a, const u8* __restrict__ b,
+    const scale_t* __restrict__ scales, const u8* __restrict__ zero_points, const act_t* __restrict__ bias,
+    act_t* __restrict__ y, const int m, const int n, const int bias_row_stride, const TmaMap* act_map,
+    const TmaMap* b_map)
 {
     extern __shared__ __align__(16) u8 nbits_prefill_smem[];
     u8* const smem = stage_memory(nbits_prefill_smem);
@@ -1488,6 +1594,8 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) NBIT
     src.b0 = src.b1 = b;
     src.scales0 = src.scales1 = scales;
     src.zp0 = src.zp1 = zero_points;
+    src.act_map = act_map;
+    src.b0_map = src.b1_map = b_map;
     const int2 tile = cta_tile();
     src.n0 = tile.x * kTileN;
     src.n = n;
@@ -1529,23 +1637,55 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) NBIT
         cluster_sync();  // the cluster has read this CTA's partials
     }
 }
+}  // namespace nbits_prefill
 #endif
 
-#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gate_up
-// y[m, n] = T(silu(a . gate^T) * (a . up^T)) for the two weight sets of a
-// paired node (same K, N, bits, block size, scale type, zero-point presence),
-// from the fp32 accumulators with one rounding at the end.
-extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) NBITS_CLUSTER nbits_prefill_gate_up(
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm
+// y[m, n] = a[m, K] . dequant(b)^T (+ bias). bias_row_stride: 0 broadcasts
+// bias[n]; n reads a per-token [m, n] residual. Ignored when NBITS_BIAS_MODE
+// is 0.
+extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) NBITS_CLUSTER nbits_prefill_gemm(
     const act_t* __restrict__ a,          // align 2; align 16 when K%8==0
-    const u8* __restrict__ b_gate,        // align 8; align 16 when B_ROW%16==0
-    const scale_t* __restrict__ scales_gate,  // align 4
-    const u8* __restrict__ zp_gate,       // align 4
-    const u8* __restrict__ b_up,          // align 8; align 16 when B_ROW%16==0
-    const scale_t* __restrict__ scales_up,    // align 4
-    const u8* __restrict__ zp_up,         // align 4
+    const u8* __restrict__ b,             // align 8; align 16 when B_ROW%16==0
+    const scale_t* __restrict__ scales,   // align 4
+    const u8* __restrict__ zero_points,   // align 4
+    const act_t* __restrict__ bias,       // align 2; align 16 when N%8==0
     act_t* __restrict__ y,                // align 2; align 16 when N%8==0
     const int m,
-    const int n)
+    const int n,
+    const int bias_row_stride)
+{
+    prefill_gemm(a, b, scales, zero_points, bias, y, m, n, bias_row_stride, nullptr, nullptr);
+}
+#endif
+
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm_tma
+// nbits_prefill_gemm with NBITS_TMA: act_map and b_map are the tensor maps
+// of a and b (see NBITS_TMA).
+extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) NBITS_CLUSTER nbits_prefill_gemm_tma(
+    const act_t* __restrict__ a,          // align 16
+    const u8* __restrict__ b,             // align 16
+    const scale_t* __restrict__ scales,   // align 4
+    const u8* __restrict__ zero_points,   // align 4
+    const act_t* __restrict__ bias,       // align 2; align 16 when N%8==0
+    act_t* __restrict__ y,                // align 2; align 16 when N%8==0
+    const int m,
+    const int n,
+    const int bias_row_stride,
+    const __grid_constant__ TmaMap act_map,
+    const __grid_constant__ TmaMap b_map)
+{
+    prefill_gemm(a, b, scales, zero_points, bias, y, m, n, bias_row_stride, &act_map, &b_map);
+}
+#endif
+
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gate_up || NBITS_ENTRY_nbits_prefill_gate_up_tma
+namespace nbits_prefill {
+// The CTA's output tile of the entries nbits_prefill_gate_up and nbits_prefill_gate_up_tma.
+__device__ __forceinline__ void prefill_gate_up(const act_t* __restrict__ a, const u8* __restrict__ b_gate,
+    const scale_t* __restrict__ scales_gate, const u8* __restrict__ zp_gate, const u8* __restrict__ b_up,
+    const scale_t* __restrict__ scales_up, const u8* __restrict__ zp_up, act_t* __restrict__ y, const int m,
+    const int n, const TmaMap* act_map, const TmaMap* gate_map, const TmaMap* up_map)
 {
     static_assert(kTileN % 64 == 0, "paired TILE_N multiple of 64");
     extern __shared__ __align__(16) u8 nbits_prefill_smem[];
@@ -1557,6 +1697,9 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) NBIT
     src.scales1 = scales_up;
     src.zp0 = zp_gate;
     src.zp1 = zp_up;
+    src.act_map = act_map;
+    src.b0_map = gate_map;
+    src.b1_map = up_map;
     const int2 tile = cta_tile();
     src.n0 = tile.x * (kTileN / 2);
     src.n = n;
@@ -1584,6 +1727,48 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) NBIT
     if constexpr (kSplitK > 1) {
         cluster_sync();  // the cluster has read this CTA's partials
     }
+}
+}  // namespace nbits_prefill
+#endif
+
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gate_up
+// y[m, n] = T(silu(a . gate^T) * (a . up^T)) for the two weight sets of a
+// paired node (same K, N, bits, block size, scale type, zero-point presence),
+// from the fp32 accumulators with one rounding at the end.
+extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) NBITS_CLUSTER nbits_prefill_gate_up(
+    const act_t* __restrict__ a,          // align 2; align 16 when K%8==0
+    const u8* __restrict__ b_gate,        // align 8; align 16 when B_ROW%16==0
+    const scale_t* __restrict__ scales_gate,  // align 4
+    const u8* __restrict__ zp_gate,       // align 4
+    const u8* __restrict__ b_up,          // align 8; align 16 when B_ROW%16==0
+    const scale_t* __restrict__ scales_up,    // align 4
+    const u8* __restrict__ zp_up,         // align 4
+    act_t* __restrict__ y,                // align 2; align 16 when N%8==0
+    const int m,
+    const int n)
+{
+    prefill_gate_up(a, b_gate, scales_gate, zp_gate, b_up, scales_up, zp_up, y, m, n, nullptr, nullptr, nullptr);
+}
+#endif
+
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gate_up_tma
+// nbits_prefill_gate_up with NBITS_TMA: the tensor maps of a, b_gate and b_up.
+extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) NBITS_CLUSTER nbits_prefill_gate_up_tma(
+    const act_t* __restrict__ a,          // align 16
+    const u8* __restrict__ b_gate,        // align 16
+    const scale_t* __restrict__ scales_gate,  // align 4
+    const u8* __restrict__ zp_gate,       // align 4
+    const u8* __restrict__ b_up,          // align 16
+    const scale_t* __restrict__ scales_up,    // align 4
+    const u8* __restrict__ zp_up,         // align 4
+    act_t* __restrict__ y,                // align 2; align 16 when N%8==0
+    const int m,
+    const int n,
+    const __grid_constant__ TmaMap act_map,
+    const __grid_constant__ TmaMap gate_map,
+    const __grid_constant__ TmaMap up_map)
+{
+    prefill_gate_up(a, b_gate, scales_gate, zp_gate, b_up, scales_up, zp_up, y, m, n, &act_map, &gate_map, &up_map);
 }
 #endif
 

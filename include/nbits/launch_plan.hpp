@@ -53,7 +53,29 @@ struct BufferRef {
     bool operator==(const BufferRef& o) const { return kind == o.kind && index == o.index && offset == o.offset; }
 };
 
-using KernelArg = std::variant<BufferRef, std::int32_t, float>;
+// A CUtensorMap (cuTensorMapEncodeTiled) of a row-major 2-D tensor at `base`,
+// encoded when the plan runs, since the address is known only then: `width`
+// elements a row, `rows` rows `row_bytes` apart, copied in boxes of
+// box_width x box_rows elements, zeros outside the tensor.
+struct TensorMapArg {
+    enum class Element { UInt8, Float16, BFloat16 };
+    BufferRef base;
+    Element element = Element::UInt8;
+    std::uint64_t width = 0;
+    std::uint64_t rows = 0;
+    std::uint64_t row_bytes = 0;
+    std::uint32_t box_width = 0;
+    std::uint32_t box_rows = 0;
+    bool swizzle_128b = false;  // CU_TENSOR_MAP_SWIZZLE_128B (a box row of 128 bytes)
+    bool operator==(const TensorMapArg& o) const
+    {
+        return base == o.base && element == o.element && width == o.width && rows == o.rows &&
+               row_bytes == o.row_bytes && box_width == o.box_width && box_rows == o.box_rows &&
+               swizzle_128b == o.swizzle_128b;
+    }
+};
+
+using KernelArg = std::variant<BufferRef, std::int32_t, float, TensorMapArg>;
 
 // A device address a kernel reads with vector (or plain element) loads must
 // be a multiple of `bytes`; a misaligned load would fault the CUDA context,

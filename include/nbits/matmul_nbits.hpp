@@ -60,7 +60,8 @@ struct MatMulNBitsConfig {
 // decode GEMVs (ONNX_GENAI_DOWN_COLS and ONNX_GENAI_ACC4_WARPS are accepted as
 // aliases), NBITS_PREFILL_SPLIT_K (1..8), NBITS_PREFILL_WGMMA_TILE_N (128|256),
 // NBITS_PREFILL_WGMMA_MIN_M (17..65), NBITS_PREFILL_WGMMA_TILE_M (128|256) and
-// NBITS_PREFILL_PRODUCER_WARPS (0|1|2|4) for Fastest's fused prefill GEMM,
+// NBITS_PREFILL_PRODUCER_WARPS (0|1|2|4) and NBITS_PREFILL_TMA (0|1) for
+// Fastest's fused prefill GEMM,
 // NBITS_PREFILL_CHUNK_COLUMNS (64..1048576) for its dequantise + cuBLASLt
 // route, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4), NBITS_DECODE_TILES
 // (1|2), NBITS_DECODE_STAGE_ACTS (0|1), NBITS_DECODE_COL_WARPS (1|2|4),
@@ -76,6 +77,7 @@ inline constexpr const char* kPrefillWgmmaTileNEnv = "NBITS_PREFILL_WGMMA_TILE_N
 inline constexpr const char* kPrefillWgmmaMinMEnv = "NBITS_PREFILL_WGMMA_MIN_M";
 inline constexpr const char* kPrefillWgmmaTileMEnv = "NBITS_PREFILL_WGMMA_TILE_M";
 inline constexpr const char* kPrefillProducerWarpsEnv = "NBITS_PREFILL_PRODUCER_WARPS";
+inline constexpr const char* kPrefillTmaEnv = "NBITS_PREFILL_TMA";
 inline constexpr const char* kPrefillChunkColumnsEnv = "NBITS_PREFILL_CHUNK_COLUMNS";
 inline constexpr const char* kDecodeProgrammaticEnv = "NBITS_DECODE_PDL";
 inline constexpr const char* kDecodeStagesEnv = "NBITS_DECODE_STAGES";
@@ -114,6 +116,11 @@ struct PlanOverrides {
     // computing warpgroups through mbarriers, so that those never wait on a
     // CTA barrier. 0: every warp copies and computes. Unset: the plan's rule.
     std::optional<int> prefill_producer_warps;
+    // 1: the sm_90 wgmma GEMM's k tiles come by the tensor memory accelerator
+    // (one producer warp issuing a tensor copy of the activations and one of
+    // each weight set a k tile) where K and the weight rows allow it; 0: by
+    // cp.async. Unset: the plan's rule.
+    std::optional<int> prefill_tma;
     // Columns of the weights Fastest's dequantise + cuBLASLt route
     // dequantises and multiplies at a time (64..1048576, rounded down to
     // whole tiles of 64 and capped by the scratch budget). Unset: the rule in

@@ -111,6 +111,7 @@ Loaded load()
         resolve(get, "cuFuncSetAttribute", d.func_set_attribute, f) &&
         resolve(get, "cuLaunchKernel", d.launch_kernel, f) &&
         resolve(get, "cuLaunchKernelEx", d.launch_kernel_ex, f) &&
+        resolve(get, "cuTensorMapEncodeTiled", d.tensor_map_encode_tiled, f) &&
         resolve(get, "cuEventCreate", d.event_create, f) &&
         resolve(get, "cuEventDestroy", d.event_destroy, f) &&
         resolve(get, "cuEventRecord", d.event_record, f) &&

@@ -68,6 +68,7 @@ struct Driver {
     decltype(&::cuFuncSetAttribute) func_set_attribute = nullptr;
     decltype(&::cuLaunchKernel) launch_kernel = nullptr;
     decltype(&::cuLaunchKernelEx) launch_kernel_ex = nullptr;
+    decltype(&::cuTensorMapEncodeTiled) tensor_map_encode_tiled = nullptr;
 
     decltype(&::cuEventCreate) event_create = nullptr;
     decltype(&::cuEventDestroy) event_destroy = nullptr;

@@ -99,6 +99,8 @@ KernelParameter parameter_of(std::string_view declaration)
     };
     if (type.find('*') != std::string_view::npos) {
         parameter.kind = KernelParameter::Kind::Pointer;
+    } else if (has_word("TmaMap")) {
+        parameter.kind = KernelParameter::Kind::TensorMap;
     } else if (has_word("float")) {
         parameter.kind = KernelParameter::Kind::Float32;
     } else if (has_word("int")) {

@@ -11,7 +11,8 @@ namespace nbits::jit {
 
 // One parameter of a kernel entry, as its declaration in the .cu file says.
 struct KernelParameter {
-    enum class Kind { Pointer, Int32, Float32, Unknown };
+    // TensorMap: a CUtensorMap passed by value (`const __grid_constant__ TmaMap`).
+    enum class Kind { Pointer, Int32, Float32, TensorMap, Unknown };
     // From a comment after the parameter, `// align N [when CONDITION]`, with
     // further clauses after ';': the byte alignment the entry's loads need of
     // the address under each condition (empty: always). The planner takes the

@@ -49,6 +49,10 @@ std::string arg_text(const KernelArg& arg)
     if (const auto* value = std::get_if<std::int32_t>(&arg)) {
         return fmt::format("i32 {}", *value);
     }
+    if (const auto* map = std::get_if<TensorMapArg>(&arg)) {
+        return fmt::format("tensor map of {} ({} x {}, box {} x {}{})", ref_text(map->base), map->rows, map->width,
+                           map->box_rows, map->box_width, map->swizzle_128b ? ", 128B swizzle" : "");
+    }
     return fmt::format("f32 {}", std::get<float>(arg));
 }
 
@@ -92,6 +96,16 @@ void write_step(JsonWriter& json, const KernelStep& step)
             write_ref(json, *ref);
         } else if (const auto* value = std::get_if<std::int32_t>(&arg)) {
             json.field("i32", *value);
+        } else if (const auto* map = std::get_if<TensorMapArg>(&arg)) {
+            json.key("tensor_map").begin_object().key("pointer");
+            write_ref(json, map->base);
+            json.field("width", map->width)
+                .field("rows", map->rows)
+                .field("row_bytes", map->row_bytes)
+                .field("box_width", map->box_width)
+                .field("box_rows", map->box_rows)
+                .field("swizzle_128b", map->swizzle_128b)
+                .end_object();
         } else {
             json.field("f32", static_cast<double>(std::get<float>(arg)));
         }

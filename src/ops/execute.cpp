@@ -6,6 +6,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <optional>
+
 namespace nbits::ops::detail {
 namespace {
 
@@ -72,16 +75,13 @@ void check_alignment(const AlignmentRequirement& requirement, CUdeviceptr addres
 void launch(CudaRuntime::Internals& runtime, const KernelStep& step, CUfunction function,
             const PlanBindings& bindings, const Scratch& scratch, CUstream stream)
 {
-    KernelArgs args;
-    for (const KernelArg& arg : step.args) {
-        if (const auto* ref = std::get_if<BufferRef>(&arg)) {
-            args.ptr(resolve(*ref, bindings, scratch));
-        } else if (const auto* value = std::get_if<std::int32_t>(&arg)) {
-            args.i32(*value);
-        } else {
-            args.f32(std::get<float>(arg));
-        }
+    // The driver encodes tensor maps in the current context.
+    std::optional<CudaRuntime::Internals::ScopedContext> scope;
+    if (std::any_of(step.args.begin(), step.args.end(),
+                    [](const KernelArg& arg) { return std::holds_alternative<TensorMapArg>(arg); })) {
+        scope.emplace(runtime);
     }
+    KernelArgs args = kernel_args(step, [&](const BufferRef& ref) { return resolve(ref, bindings, scratch); });
     runtime.launch(function, step.config, args, stream, step.what);
 }
 
@@ -157,6 +157,8 @@ void check_addresses(const LaunchPlan& plan, const PlanBindings& bindings)
             for (const KernelArg& arg : step->args) {
                 if (const auto* ref = std::get_if<BufferRef>(&arg)) {
                     check_present(*ref, bindings, step->entry);
+                } else if (const auto* map = std::get_if<TensorMapArg>(&arg)) {
+                    check_present(map->base, bindings, step->entry);
                 }
             }
             for (const AlignmentRequirement& requirement : step->alignment) {

@@ -171,6 +171,7 @@ const char* kind_name(int kind)
     case jit::KernelParameter::Kind::Pointer: return "a pointer";
     case jit::KernelParameter::Kind::Int32: return "an int";
     case jit::KernelParameter::Kind::Float32: return "a float";
+    case jit::KernelParameter::Kind::TensorMap: return "a tensor map";
     case jit::KernelParameter::Kind::Unknown: break;
     }
     return "of a type the planner cannot pass";
@@ -245,6 +246,12 @@ StepBuilder& StepBuilder::arg(std::string_view parameter, std::int32_t value)
 StepBuilder& StepBuilder::arg(std::string_view parameter, float value)
 {
     bind(parameter, value, static_cast<int>(jit::KernelParameter::Kind::Float32));
+    return *this;
+}
+
+StepBuilder& StepBuilder::arg(std::string_view parameter, const TensorMapArg& value)
+{
+    bind(parameter, value, static_cast<int>(jit::KernelParameter::Kind::TensorMap));
     return *this;
 }
 

@@ -105,6 +105,7 @@ struct PrefillTiles {
     bool wgmma = false;  // NBITS_WGMMA: sm_90a warpgroup MMA main loop
     int split_k = 1;     // NBITS_SPLIT_K: CTAs of a cluster sharing one output tile's K
     int producer_warps = 0;  // NBITS_PRODUCER_WARPS: wgmma only, warps that only copy
+    bool tma = false;        // NBITS_TMA: one producer warp, the k tiles' copies by the tensor memory accelerator
     // The wgmma GEMM's 64-token tiles (M <= 64), which take producer warps and split K from fewer weights.
     bool small_wgmma_tiles() const { return wgmma && tile_m == static_cast<int>(kWgmmaSmallTileM); }
     std::uint32_t threads() const
@@ -291,6 +292,44 @@ void tile_defines(StepBuilder& step, const PrefillTiles& t)
     if (t.producer_warps > 0) {
         step.define("NBITS_PRODUCER_WARPS", t.producer_warps);
     }
+    if (t.tma) {
+        step.define("NBITS_TMA", 1);
+    }
+}
+
+// Tensor maps of the TMA-fed wgmma GEMM (NBITS_TMA): rows [row, row + rows)
+// of A in boxes of a k tile by the tile's tokens, 128B-swizzled as wgmma
+// reads them, and a weight set's rows in boxes of a k tile's bytes by
+// `box_rows` rows.
+TensorMapArg activation_map(const FastestRequest& fastest, BufferRef activation, std::size_t rows,
+                            const PrefillTiles& tiles)
+{
+    const std::size_t k = fastest.request.config.k;
+    TensorMapArg map;
+    map.base = activation;
+    map.element = fastest.operands.activation_type == DataType::BFloat16 ? TensorMapArg::Element::BFloat16
+                                                                           : TensorMapArg::Element::Float16;
+    map.width = k;
+    map.rows = rows;
+    map.row_bytes = k * 2;
+    map.box_width = static_cast<std::uint32_t>(tiles.tile_k);
+    map.box_rows = static_cast<std::uint32_t>(tiles.tile_m);
+    map.swizzle_128b = true;
+    return map;
+}
+
+TensorMapArg weight_map(const FastestRequest& fastest, BufferRef packed, const PrefillTiles& tiles,
+                        std::uint32_t box_rows)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    TensorMapArg map;
+    map.base = packed;
+    map.width = config.k_blocks() * config.blob_size();
+    map.rows = config.n;
+    map.row_bytes = map.width;
+    map.box_width = static_cast<std::uint32_t>(static_cast<std::size_t>(tiles.tile_k) * config.bits / 8);
+    map.box_rows = box_rows;
+    return map;
 }
 
 // Output tiles of a fused GEMM grid with `tiles` over the node's M rows:
@@ -372,6 +411,17 @@ std::optional<int> wgmma_tile_m_override(const FastestRequest& fastest)
     return tokens == 128 || tokens == 256 ? tokens : std::nullopt;
 }
 
+// Whether the wgmma GEMM takes its k tiles by the tensor memory accelerator:
+// where the tensor maps can describe A and the weights (rows of whole 16
+// bytes, K % 8 == 0) and NBITS_PREFILL_TMA asks for it.
+bool tma_pays(const FastestRequest& fastest, const PrefillTiles& tiles)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    const bool describable = config.k % 8 == 0 && config.k_blocks() * config.blob_size() % 16 == 0 &&
+                             tiles.tile_m <= 256 && tiles.tile_n <= 256;
+    return describable && fastest.request.context.overrides.prefill_tma == 1;
+}
+
 // The wgmma GEMM's tiles: 64 tokens (wgmma m64n64k16) of 128 weight rows for M <= 64; above, 128 tokens of
 // 128 rows, or of 256 where NBITS_PREFILL_WGMMA_TILE_N asks for them, or 256 tokens of 128 rows where
 // NBITS_PREFILL_WGMMA_TILE_M does.
@@ -391,6 +441,10 @@ PrefillTiles wgmma_tiles(const FastestRequest& fastest)
     const std::optional<int> producers = fastest.request.context.overrides.prefill_producer_warps;
     const bool overridden = producers && (*producers == 0 || *producers == 1 || *producers == 2 || *producers == 4);
     tiles.producer_warps = overridden ? *producers : (small ? kWgmmaProducerWarps : 0);
+    if (tma_pays(fastest, tiles)) {
+        tiles.tma = true;
+        tiles.producer_warps = 1;
+    }
     if (tiles.producer_warps > 0 && !small) {
         tiles.min_ctas = 1;
     }
@@ -473,7 +527,8 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
     const Specialisation spec{fastest};
     const HalfOperands& o = fastest.operands;
     if (fastest.up != nullptr) {
-        StepBuilder step("nbits_prefill_gate_up", "nbits fused gate/up SwiGLU prefill GEMM");
+        StepBuilder step(tiles->tma ? "nbits_prefill_gate_up_tma" : "nbits_prefill_gate_up",
+                         "nbits fused gate/up SwiGLU prefill GEMM");
         step.arg("a", activation)
             .arg("b_gate", o.packed)
             .arg("scales_gate", o.scales)
@@ -484,6 +539,12 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
             .arg("y", rows_of(o.output, row, y_row_bytes))
             .size_arg("m", rows, "M")
             .size_arg("n", config.n, "N");
+        if (tiles->tma) {
+            const auto box_rows = static_cast<std::uint32_t>(tiles->tile_n / 2);
+            step.arg("act_map", activation_map(fastest, activation, rows, *tiles))
+                .arg("gate_map", weight_map(fastest, o.packed, *tiles, box_rows))
+                .arg("up_map", weight_map(fastest, fastest.up->packed, *tiles, box_rows));
+        }
         spec.common(step);
         tile_defines(step, *tiles);
         step.define("NBITS_BIAS_MODE", 0)
@@ -496,7 +557,7 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
         return tiles;
     }
     const std::size_t bias_row_bytes = fastest.bias_row_stride * element_size(o.activation_type);
-    StepBuilder step("nbits_prefill_gemm", "nbits fused prefill GEMM");
+    StepBuilder step(tiles->tma ? "nbits_prefill_gemm_tma" : "nbits_prefill_gemm", "nbits fused prefill GEMM");
     step.arg("a", activation)
         .arg("b", o.packed)
         .arg("scales", o.scales)
@@ -506,6 +567,10 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
         .size_arg("m", rows, "M")
         .size_arg("n", config.n, "N")
         .size_arg("bias_row_stride", fastest.bias_row_stride, "bias row stride");
+    if (tiles->tma) {
+        step.arg("act_map", activation_map(fastest, activation, rows, *tiles))
+            .arg("b_map", weight_map(fastest, o.packed, *tiles, static_cast<std::uint32_t>(tiles->tile_n)));
+    }
     spec.common(step);
     tile_defines(step, *tiles);
     step.define("NBITS_BIAS_MODE", spec.bias_mode())

@@ -54,6 +54,7 @@ public:
     StepBuilder& arg(std::string_view parameter, BufferRef value);
     StepBuilder& arg(std::string_view parameter, std::int32_t value);
     StepBuilder& arg(std::string_view parameter, float value);
+    StepBuilder& arg(std::string_view parameter, const TensorMapArg& value);
     StepBuilder& flag(std::string_view parameter, bool value) { return arg(parameter, std::int32_t{value ? 1 : 0}); }
     // A size as a 32-bit kernel scalar: "{name}={value} exceeds the 32-bit int range" beyond it.
     StepBuilder& size_arg(std::string_view parameter, std::size_t value, std::string_view name);

@@ -301,6 +301,31 @@ CUfunction CudaRuntime::Internals::step_function(const ops::KernelStep& step, co
     return loaded;
 }
 
+CUtensorMap encode_tensor_map(const ops::TensorMapArg& map, CUdeviceptr base, std::string_view what)
+{
+    using Element = ops::TensorMapArg::Element;
+    const CUtensorMapDataType type = map.element == Element::UInt8     ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                     : map.element == Element::Float16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                       : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    const cuuint64_t dims[2] = {map.width, map.rows};
+    const cuuint64_t strides[1] = {map.row_bytes};
+    const cuuint32_t box[2] = {map.box_width, map.box_rows};
+    const cuuint32_t element_strides[2] = {1, 1};
+    CUtensorMap encoded{};
+    const CUresult result = cuda::driver().tensor_map_encode_tiled(
+        &encoded, type, 2, reinterpret_cast<void*>(base), dims, strides, box, element_strides,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, map.swizzle_128b ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (result != CUDA_SUCCESS) {
+        throw Error(ErrorKind::Driver,
+                    fmt::format("{}: cuTensorMapEncodeTiled refused the tensor map of a {} x {} tensor at {:#x} "
+                                "(rows {} bytes apart, box {} x {}): {}",
+                                what, map.rows, map.width, base, map.row_bytes, map.box_rows, map.box_width,
+                                cuda::describe(result)));
+    }
+    return encoded;
+}
+
 void CudaRuntime::Internals::launch(CUfunction function, const LaunchConfig& config, KernelArgs& args,
                                     CUstream stream, std::string_view what)
 {

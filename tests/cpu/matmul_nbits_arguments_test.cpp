@@ -19,7 +19,7 @@ using test::problem;
 
 namespace {
 
-enum class Param { Pointer, Int, Float };
+enum class Param { Pointer, Int, Float, TensorMap };
 
 // The parameter kinds of `extern "C" __global__ void entry(...)` in a kernel source.
 std::vector<Param> parameters_of(const std::string& text, const std::string& entry)
@@ -38,6 +38,8 @@ std::vector<Param> parameters_of(const std::string& text, const std::string& ent
         const std::string param = list.substr(begin, end - begin);
         if (param.find('*') != std::string::npos) {
             params.push_back(Param::Pointer);
+        } else if (param.find("TmaMap") != std::string::npos) {
+            params.push_back(Param::TensorMap);
         } else if (param.find("float") != std::string::npos) {
             params.push_back(Param::Float);
         } else {
@@ -55,6 +57,7 @@ std::vector<Param> kinds_of(const KernelStep& step)
     for (const KernelArg& arg : step.args) {
         kinds.push_back(std::holds_alternative<BufferRef>(arg)       ? Param::Pointer
                         : std::holds_alternative<std::int32_t>(arg) ? Param::Int
+                        : std::holds_alternative<TensorMapArg>(arg) ? Param::TensorMap
                                                                     : Param::Float);
     }
     return kinds;

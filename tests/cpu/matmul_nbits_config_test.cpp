@@ -218,6 +218,12 @@ TEST_CASE("NBITS_PREFILL_PRODUCER_WARPS counts only as 0, 1, 2 or 4")
                    {{"0", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"+4", 4}}, {"3", "8", "-4", " 4", "", "all"}, {"2", 2});
 }
 
+TEST_CASE("NBITS_PREFILL_TMA counts only as 0 or 1")
+{
+    check_override(kPrefillTmaEnv, &PlanOverrides::prefill_tma, {{"0", 0}, {"1", 1}, {"+1", 1}},
+                   {"2", "-1", " 1", "", "on"}, {"1", 1});
+}
+
 TEST_CASE("NBITS_PREFILL_WGMMA_MIN_M counts only from 17 to 65")
 {
     check_override(kPrefillWgmmaMinMEnv, &PlanOverrides::prefill_wgmma_min_m,

@@ -519,6 +519,61 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_M: 128 or 256 
     CHECK(test::kernel_step(paired, 0).config.grid == Dim3{224, 4, 1});
 }
 
+TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TMA: one producer warp and tensor maps of A and the weights")
+{
+    auto tma = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::prefill_tma, 1); };
+    // Llama-3-8B up at M = 512 on 256-token tiles: the *_tma entry, one producer warp, one CTA an SM.
+    const LaunchPlan up =
+        tma(with_override(fastest(node(4096, 14336), rows(512)), &PlanOverrides::prefill_wgmma_tile_m, 256)).plan();
+    CHECK(up.variant == "nbits_prefill_wgmma");
+    const KernelStep& step = test::kernel_step(up, 0);
+    CHECK(step.entry == "nbits_prefill_gemm_tma");
+    CHECK(defines(step, "NBITS_TMA=1"));
+    CHECK(defines(step, "NBITS_PRODUCER_WARPS=1"));
+    CHECK(defines(step, "NBITS_MIN_CTAS=1"));
+    CHECK(step.config.block == Dim3{288, 1, 1});
+    CHECK(step.config.grid == Dim3{112, 2, 1});
+    // The stages of the cp.async tiles and their mbarriers.
+    CHECK(step.config.dynamic_shared_bytes == 190464 + 80);
+    const auto& act = std::get<TensorMapArg>(step.args[step.args.size() - 2]);
+    CHECK(act.base == BufferRef::input(0));
+    CHECK(act.element == TensorMapArg::Element::Float16);
+    CHECK((act.width == 4096 && act.rows == 512 && act.row_bytes == 8192));
+    CHECK((act.box_width == 64 && act.box_rows == 256 && act.swizzle_128b));
+    const auto& weights = std::get<TensorMapArg>(step.args.back());
+    CHECK(weights.base == BufferRef::input(1));
+    CHECK(weights.element == TensorMapArg::Element::UInt8);
+    CHECK((weights.width == 2048 && weights.rows == 14336 && weights.row_bytes == 2048));
+    CHECK((weights.box_width == 32 && weights.box_rows == 128 && !weights.swizzle_128b));
+    // The paired node: a map of each weight set, 64 rows a box; bf16 activations; int8 rows of 64 bytes a tile.
+    const KernelStep paired = test::kernel_step(
+        tma(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(1024, DataType::BFloat16))).plan(), 0);
+    CHECK(paired.entry == "nbits_prefill_gate_up_tma");
+    const std::size_t maps = paired.args.size() - 3;  // act_map, gate_map, up_map after the 10 parameters
+    CHECK(std::get<TensorMapArg>(paired.args[maps]).element == TensorMapArg::Element::BFloat16);
+    CHECK(std::get<TensorMapArg>(paired.args[maps + 1]).base == std::get<BufferRef>(paired.args[1]));  // b_gate
+    CHECK(std::get<TensorMapArg>(paired.args[maps + 2]).base == std::get<BufferRef>(paired.args[4]));  // b_up
+    CHECK(std::get<TensorMapArg>(paired.args[maps + 1]).box_rows == 64);
+    CHECK(std::get<TensorMapArg>(paired.args[maps + 2]).box_rows == 64);
+    const KernelStep int8 = test::kernel_step(tma(fastest(node(4096, 14336, 8), rows(64))).plan(), 0);
+    CHECK(int8.entry == "nbits_prefill_gemm_tma");
+    CHECK(defines(int8, "NBITS_MIN_CTAS=2"));
+    CHECK(int8.config.block == Dim3{288, 1, 1});
+    CHECK(std::get<TensorMapArg>(int8.args.back()).box_width == 64);
+    // Where a tensor map cannot describe A (K % 8 != 0), the cp.async copies; unset, 0, other GPUs: no maps.
+    CHECK(test::kernel_step(tma(fastest(node(4100, 14336), rows(512))).plan(), 0).entry.find("_tma") ==
+          std::string::npos);
+    CHECK(test::kernel_step(fastest(node(4096, 14336), rows(512)).plan(), 0).entry == "nbits_prefill_gemm");
+    CHECK(test::kernel_step(with_override(fastest(node(4096, 14336), rows(512)), &PlanOverrides::prefill_tma, 0).plan(),
+                            0)
+              .entry == "nbits_prefill_gemm");
+    for (const auto& planned : tma(fastest(node(4096, 14336), rows(512), Capabilities::a100())).plan().steps) {
+        if (const auto* kernel = std::get_if<KernelStep>(&planned)) {
+            CHECK(kernel->entry.find("_tma") == std::string::npos);
+        }
+    }
+}
+
 TEST_CASE("Fastest prefill on sm_90: producer warps on the 64-token wgmma tiles, NBITS_PREFILL_PRODUCER_WARPS elsewhere")
 {
     auto producers = [](test::Problem p, std::optional<int> warps) {

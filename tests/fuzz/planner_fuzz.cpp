@@ -325,6 +325,7 @@ ops::PlanOverrides overrides_of(Choices& c)
         raw.prefill_wgmma_min_m = c.pick(std::vector<int>{0, 1, 16, 17, 33, 64, 65, 1 << 30, -1});
         raw.prefill_wgmma_tile_m = c.pick(std::vector<int>{0, 64, 128, 256, 512, -1});
         raw.prefill_producer_warps = c.pick(std::vector<int>{0, 1, 2, 3, 4, 8, -1});
+        raw.prefill_tma = c.pick(std::vector<int>{0, 1, 2, -1});
         return raw;
     }
     default: return {};
@@ -500,6 +501,10 @@ void check_plan(const ops::LaunchPlan& plan, const Node& node, KernelPolicy poli
                     break;
                 case jit::KernelParameter::Kind::Float32:
                     fuzz::require(std::holds_alternative<float>(arg), "a float parameter gets a float");
+                    break;
+                case jit::KernelParameter::Kind::TensorMap:
+                    fuzz::require(std::holds_alternative<ops::TensorMapArg>(arg), "a tensor-map parameter gets a map");
+                    check_ref(std::get<ops::TensorMapArg>(arg).base);
                     break;
                 default: throw fuzz::Finding("a launch of an entry with a parameter the planner cannot pass");
                 }

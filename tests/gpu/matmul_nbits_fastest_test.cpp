@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 
@@ -180,6 +181,7 @@ struct Outcome {
     OracleError error;
     std::string variant;
     std::uint32_t split_k = 1;  // the most CTAs of a kernel's cluster along z (grid.z)
+    bool tma = false;           // a kernel took its tiles by the tensor memory accelerator (an entry *_tma)
 };
 
 // One case's node: attributes, host inputs and the float64 expectation.
@@ -331,6 +333,8 @@ Outcome run_node(const FastestNode& node)
     for (const ops::PlanStep& step : outcome.plan.steps) {
         if (const auto* kernel = std::get_if<ops::KernelStep>(&step)) {
             result.split_k = std::max(result.split_k, kernel->config.grid.z);
+            const std::string& entry = kernel->entry;
+            result.tma = result.tma || (entry.size() > 4 && entry.compare(entry.size() - 4, 4, "_tma") == 0);
         }
     }
     return result;
@@ -387,11 +391,12 @@ void check_nodes(const std::vector<FastestNode>& nodes, bool (*expected)(const s
 
 // Runs a prefill case under the overrides the caller set in the environment: its clusters split K over
 // `split_k` CTAs, its variant is `variant` (when given), and it meets the oracle's bounds.
-void check_prefill_run(const FastestCase& c, std::uint64_t seed, std::uint32_t split_k, const char* variant = nullptr)
+std::optional<Outcome> check_prefill_run(const FastestCase& c, std::uint64_t seed, std::uint32_t split_k,
+                                         const char* variant = nullptr)
 {
     const std::optional<Outcome> ran = run_or_fail(c, seed);
     if (!ran) {
-        return;
+        return ran;
     }
     const Outcome& outcome = *ran;
     CAPTURE(outcome.variant);
@@ -401,6 +406,7 @@ void check_prefill_run(const FastestCase& c, std::uint64_t seed, std::uint32_t s
     }
     CHECK(outcome.split_k == split_k);
     check_oracle_bounds(c, outcome);
+    return ran;
 }
 
 }  // namespace
@@ -468,9 +474,36 @@ std::vector<FastestCase> twice_the_columns(std::vector<FastestCase> nodes)
     return nodes;
 }
 
+// Node i at rows[i % 4] tokens.
+std::vector<FastestCase> at_rows(std::vector<FastestCase> nodes, const std::array<std::size_t, 4>& rows)
+{
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+        nodes[i].m = rows[i % 4];
+    }
+    return nodes;
+}
+
+// 256-token tiles: two token tiles, the second holding 1 to 128 rows, so the grid fills three quarters of the SMs.
+std::vector<FastestCase> tall_tile_cases() { return at_rows(wide_prefill_cases(), {257, 300, 384, 264}); }
+
+// 64-token tiles: columns enough to fill the SMs unsplit, M from 17 to 64.
+std::vector<FastestCase> short_tile_cases() { return at_rows(twice_the_columns(wide_prefill_cases()), {64, 17, 40, 33}); }
+
+// Whether this GPU runs the wgmma GEMM (sm_90), saying so when it does not.
+bool runs_wgmma()
+{
+    if (matmul_gpu().capabilities().sm() == 90) {
+        return true;
+    }
+    MESSAGE("the wgmma GEMM runs on sm_90 only");
+    return false;
+}
+
 // Runs each node on the sm_90 wgmma GEMM under the caller's overrides, unsplit and every other one split
-// over clusters of 2 (both forced: the plan's own rule may split either), against the float64 oracle.
-void check_wgmma_nodes(const std::vector<FastestCase>& nodes, std::uint64_t seed)
+// over clusters of 2 (both forced: the plan's own rule may split either), against the float64 oracle. With
+// `tma` (NBITS_PREFILL_TMA set) the tensor memory accelerator feeds it where tensor maps can describe A and the
+// weights (K % 8 == 0, weight rows of whole 16 bytes), never otherwise.
+void check_wgmma_nodes(const std::vector<FastestCase>& nodes, std::uint64_t seed, bool tma = false)
 {
     for (std::size_t i = 0; i < nodes.size(); ++i) {
         const FastestCase& c = nodes[i];
@@ -478,7 +511,11 @@ void check_wgmma_nodes(const std::vector<FastestCase>& nodes, std::uint64_t seed
         const bool split = i % 2 == 1;
         CAPTURE(split);
         const ScopedEnv split_k(ops::kPrefillSplitKEnv, std::string(split ? "2" : "1"));
-        check_prefill_run(c, seed++, split ? 2u : 1u, "nbits_prefill_wgmma");
+        const std::optional<Outcome> ran = check_prefill_run(c, seed++, split ? 2u : 1u, "nbits_prefill_wgmma");
+        const std::size_t row_bytes = (c.k + c.block_size - 1) / c.block_size * c.block_size * c.bits / 8;
+        if (ran) {
+            CHECK(ran->tma == (tma && c.k % 8 == 0 && row_bytes % 16 == 0));
+        }
     }
 }
 
@@ -566,8 +603,7 @@ TEST_CASE("the fused GEMM's 128-row tiles at M = 12..32 (sm_90, grids that fill 
 
 TEST_CASE("the sm_90 wgmma GEMM with 256 weight rows a CTA (NBITS_PREFILL_WGMMA_TILE_N) meets the float64 oracle")
 {
-    if (matmul_gpu().capabilities().sm() != 90) {
-        MESSAGE("the wgmma GEMM runs on sm_90 only");
+    if (!runs_wgmma()) {
         return;
     }
     const ScopedEnv rows(ops::kPrefillWgmmaTileNEnv, std::string("256"));
@@ -578,41 +614,26 @@ TEST_CASE("the sm_90 wgmma GEMM with 256 weight rows a CTA (NBITS_PREFILL_WGMMA_
 TEST_CASE("the sm_90 wgmma GEMM with 256 tokens a tile (NBITS_PREFILL_WGMMA_TILE_M) meets the float64 oracle past "
           "M = 256")
 {
-    if (matmul_gpu().capabilities().sm() != 90) {
-        MESSAGE("the wgmma GEMM runs on sm_90 only");
+    if (!runs_wgmma()) {
         return;
     }
     const ScopedEnv tokens(ops::kPrefillWgmmaTileMEnv, std::string("256"));
-    // Two token tiles, the second holding 1 to 128 rows, so the grid fills three quarters of the SMs.
-    std::vector<FastestCase> nodes = wide_prefill_cases();
-    const std::size_t rows[] = {257, 300, 384, 264};
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-        nodes[i].m = rows[i % 4];
-    }
-    check_wgmma_nodes(nodes, 0x256b0000ull);
+    check_wgmma_nodes(tall_tile_cases(), 0x256b0000ull);
 }
 
 TEST_CASE("the sm_90 wgmma GEMM over 64-token tiles (NBITS_PREFILL_WGMMA_MIN_M) meets the float64 oracle below M = 65")
 {
-    if (matmul_gpu().capabilities().sm() != 90) {
-        MESSAGE("the wgmma GEMM runs on sm_90 only");
+    if (!runs_wgmma()) {
         return;
     }
     const ScopedEnv min_m(ops::kPrefillWgmmaMinMEnv, std::string("17"));
-    // Columns enough for 64-token tiles to fill the SMs unsplit, M from 17 to 64.
-    std::vector<FastestCase> nodes = twice_the_columns(wide_prefill_cases());
-    const std::size_t tokens[] = {17, 33, 64, 40};
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-        nodes[i].m = tokens[i % 4];
-    }
-    check_wgmma_nodes(nodes, 0x64a0000ull);
+    check_wgmma_nodes(at_rows(twice_the_columns(wide_prefill_cases()), {17, 33, 64, 40}), 0x64a0000ull);
 }
 
 TEST_CASE("the sm_90 wgmma GEMM with and without producer warps (NBITS_PREFILL_PRODUCER_WARPS) meets the float64 "
           "oracle")
 {
-    if (matmul_gpu().capabilities().sm() != 90) {
-        MESSAGE("the wgmma GEMM runs on sm_90 only");
+    if (!runs_wgmma()) {
         return;
     }
     // The 128-token tiles (M > 64) with 1 and 2 producer warps (one CTA an SM); the 64-token tiles, which take 4
@@ -623,16 +644,27 @@ TEST_CASE("the sm_90 wgmma GEMM with and without producer warps (NBITS_PREFILL_P
         check_wgmma_nodes(wide_prefill_cases(), 0x9d0a0000ull);
     }
     const ScopedEnv min_m(ops::kPrefillWgmmaMinMEnv, std::string("17"));
-    std::vector<FastestCase> nodes = twice_the_columns(wide_prefill_cases());
-    const std::size_t tokens[] = {64, 17, 40, 33};
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-        nodes[i].m = tokens[i % 4];
-    }
     for (const char* warps : {"0", "2"}) {
         CAPTURE(warps);
         const ScopedEnv producers(ops::kPrefillProducerWarpsEnv, std::string(warps));
-        check_wgmma_nodes(nodes, 0x9d640000ull);
+        check_wgmma_nodes(short_tile_cases(), 0x9d640000ull);
     }
+}
+
+TEST_CASE("the sm_90 wgmma GEMM fed by the tensor memory accelerator (NBITS_PREFILL_TMA) meets the float64 oracle")
+{
+    if (!runs_wgmma()) {
+        return;
+    }
+    const ScopedEnv tma(ops::kPrefillTmaEnv, std::string("1"));
+    // Every feature on the three tile heights (K = 1003 keeps the cp.async copies).
+    check_wgmma_nodes(wide_prefill_cases(), 0x7a1a0000ull, true);
+    {
+        const ScopedEnv tokens(ops::kPrefillWgmmaTileMEnv, std::string("256"));
+        check_wgmma_nodes(tall_tile_cases(), 0x7a1b0000ull, true);
+    }
+    const ScopedEnv min_m(ops::kPrefillWgmmaMinMEnv, std::string("17"));
+    check_wgmma_nodes(short_tile_cases(), 0x7a640000ull, true);
 }
 
 // Every decode case of the feature matrix (M = 1..16, fp16 and bf16).

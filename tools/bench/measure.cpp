@@ -869,6 +869,7 @@ CUdeviceptr resolve(const ops::BufferRef& ref, const Bindings& b)
 std::vector<BareStep> resolve_steps(CudaRuntime& runtime, const Bindings& bindings)
 {
     CudaRuntime::Internals& internals = runtime.internals();
+    const CudaRuntime::Internals::ScopedContext scope(internals);  // tensor maps are encoded in it
     std::vector<BareStep> steps;
     for (const ops::PlanStep& planned : bindings.plan.steps) {
         BareStep bare;
@@ -876,15 +877,7 @@ std::vector<BareStep> resolve_steps(CudaRuntime& runtime, const Bindings& bindin
             bare.function = internals.step_function(*step);
             bare.config = step->config;
             bare.what = step->what;
-            for (const ops::KernelArg& arg : step->args) {
-                if (const auto* ref = std::get_if<ops::BufferRef>(&arg)) {
-                    bare.args.ptr(resolve(*ref, bindings));
-                } else if (const auto* value = std::get_if<std::int32_t>(&arg)) {
-                    bare.args.i32(*value);
-                } else {
-                    bare.args.f32(std::get<float>(arg));
-                }
-            }
+            bare.args = kernel_args(*step, [&](const ops::BufferRef& ref) { return resolve(ref, bindings); });
         } else {
             const auto& gemm = std::get<ops::GemmStep>(planned);
             bare.gemm = blas::gemm_params(gemm, [&](const ops::BufferRef& ref) { return resolve(ref, bindings); });
