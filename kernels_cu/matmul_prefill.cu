@@ -542,8 +542,9 @@ static_assert(kStages >= 2, "at least two stages");
 static_assert(kSplitK >= 1 && kSplitK <= 8, "NBITS_SPLIT_K is 1..8 (a portable cluster size)");
 static_assert(kProducerWarps == 0 || (kWgmma && (kProducerWarps == 1 || kProducerWarps == 2 || kProducerWarps == 4)),
     "NBITS_PRODUCER_WARPS is 0, or 1, 2 or 4 with NBITS_WGMMA");
-static_assert(!kTma || (kWgmma && kProducerWarps == 1 && kActAsync && kRowBytes % 16 == 0 && kTileM <= 256),
-    "NBITS_TMA needs the wgmma main loop, one producer warp, K % 8 == 0 and weight rows of whole 16 bytes");
+static_assert(!kTma || (kWgmma && (kProducerWarps == 1 || kProducerWarps == 4) && kActAsync && kRowBytes % 16 == 0 &&
+                        kTileM <= 256),
+    "NBITS_TMA needs the wgmma main loop, 1 or 4 producer warps, K % 8 == 0 and weight rows of whole 16 bytes");
 static_assert(!kWgmma || ((kTileN == 128 || kTileN == 256) && kWarpsN == kTileN / 16 && kTileK == 64 &&
                           kWarpsM == 1 && kWarpsK == 1 && (kTileM == 64 || kTileM == 128 || kTileM == 256) &&
                           kStages >= 3),
@@ -1204,9 +1205,32 @@ struct StageRing {
 };
 
 // NBITS_TMA: a stage's full barrier completes on 2 arrivals of each producer
-// lane (its scale and zero-point cp.asyncs landed; its plain shared stores
-// released) and lane 0's, which expects the tensor copies' bytes.
-[[maybe_unused]] constexpr int kTmaFullArrivals = 2 * 32 + 1;
+// thread (its scale and zero-point cp.asyncs landed; its plain shared stores
+// released) and the first one's, which expects the tensor copies' bytes.
+[[maybe_unused]] constexpr int kTmaFullArrivals = 2 * kProducers + 1;
+
+// With a warpgroup of producers beside two computing ones, one CTA an SM
+// (NBITS_TMA on 256-token tiles), the CTA starts with 168 registers a
+// thread (ptxas's cap for 384 threads); the producers give all but 40 of
+// theirs to the computing warpgroups, whose 128 accumulators a thread and
+// dequantisation need more (at 168 ptxas serialises their wgmmas), and both
+// return to 168 before the epilogue, which they share.
+[[maybe_unused]] constexpr bool kSplitRegisters = kTma && kProducerWarps == 4 && NBITS_MIN_CTAS == 1;
+static_assert(!kSplitRegisters || kBlockThreads == 384, "the register split assumes 384 threads");
+template <bool kInc, int kCount>
+__device__ __forceinline__ void set_max_registers()
+{
+    if constexpr (kSplitRegisters) {
+        if constexpr (kInc) {
+            asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kCount) : "memory");
+        } else {
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kCount) : "memory");
+        }
+    }
+}
+[[maybe_unused]] constexpr int kLaunchRegisters = 168;
+[[maybe_unused]] constexpr int kProducerRegisters = 40;
+[[maybe_unused]] constexpr int kConsumerRegisters = 232;  // 40 x 128 + 232 x 256 = 168 x 384
 
 // The producer warp of NBITS_TMA: for each k tile, once its stage is free,
 // lane 0 issues the tensor copies of the activation tile (128B-swizzled, as
@@ -1282,7 +1306,9 @@ __device__ __forceinline__ void produced_k_tiles(u8* smem, const u32 smem_base, 
     }
     __syncthreads();
     if (kTma && tid >= kThreads) {
+        set_max_registers<false, kProducerRegisters>();
         produce_by_tma(smem, smem_base, full, empty, first, count, a, src, m, m0);
+        set_max_registers<true, kLaunchRegisters>();
     } else if (tid >= kThreads) {
         const StageLoader<kProducers, kPaired> loader(a, src, m, m0, tid - kThreads);
         // Stage of tile i, the parity of its empty barrier's previous phase,
@@ -1315,6 +1341,7 @@ __device__ __forceinline__ void produced_k_tiles(u8* smem, const u32 smem_base, 
         StageRing ring;
         StageRing released;
         released.stage = kStages - 2;
+        set_max_registers<true, kConsumerRegisters>();
 #pragma unroll 1
         for (int i = 0; i < count; ++i) {
             if (i > 1) {
@@ -1328,6 +1355,7 @@ __device__ __forceinline__ void produced_k_tiles(u8* smem, const u32 smem_base, 
             released.advance();
         }
         wgmma_wait<0>();
+        set_max_registers<false, kLaunchRegisters>();
     }
     __syncthreads();
 }

@@ -442,8 +442,10 @@ PrefillTiles wgmma_tiles(const FastestRequest& fastest)
     const bool overridden = producers && (*producers == 0 || *producers == 1 || *producers == 2 || *producers == 4);
     tiles.producer_warps = overridden ? *producers : (small ? kWgmmaProducerWarps : 0);
     if (tma_pays(fastest, tiles)) {
+        // One producer warp; a warpgroup of them on the 256-token tiles, which hands its registers to the
+        // computing warpgroups (setmaxnreg: 288 threads would cap those at 168, where ptxas serialises the wgmmas).
         tiles.tma = true;
-        tiles.producer_warps = 1;
+        tiles.producer_warps = tiles.tile_m == 256 ? 4 : 1;
     }
     if (tiles.producer_warps > 0 && !small) {
         tiles.min_ctas = 1;

@@ -522,16 +522,16 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_M: 128 or 256 
 TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TMA: one producer warp and tensor maps of A and the weights")
 {
     auto tma = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::prefill_tma, 1); };
-    // Llama-3-8B up at M = 512 on 256-token tiles: the *_tma entry, one producer warp, one CTA an SM.
+    // Llama-3-8B up at M = 512 on 256-token tiles: the *_tma entry, a warpgroup of producers, one CTA an SM.
     const LaunchPlan up =
         tma(with_override(fastest(node(4096, 14336), rows(512)), &PlanOverrides::prefill_wgmma_tile_m, 256)).plan();
     CHECK(up.variant == "nbits_prefill_wgmma");
     const KernelStep& step = test::kernel_step(up, 0);
     CHECK(step.entry == "nbits_prefill_gemm_tma");
     CHECK(defines(step, "NBITS_TMA=1"));
-    CHECK(defines(step, "NBITS_PRODUCER_WARPS=1"));
+    CHECK(defines(step, "NBITS_PRODUCER_WARPS=4"));
     CHECK(defines(step, "NBITS_MIN_CTAS=1"));
-    CHECK(step.config.block == Dim3{288, 1, 1});
+    CHECK(step.config.block == Dim3{384, 1, 1});
     CHECK(step.config.grid == Dim3{112, 2, 1});
     // The stages of the cp.async tiles and their mbarriers.
     CHECK(step.config.dynamic_shared_bytes == 190464 + 80);
@@ -557,6 +557,7 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TMA: one producer warp an
     CHECK(std::get<TensorMapArg>(paired.args[maps + 2]).box_rows == 64);
     const KernelStep int8 = test::kernel_step(tma(fastest(node(4096, 14336, 8), rows(64))).plan(), 0);
     CHECK(int8.entry == "nbits_prefill_gemm_tma");
+    CHECK(defines(int8, "NBITS_PRODUCER_WARPS=1"));
     CHECK(defines(int8, "NBITS_MIN_CTAS=2"));
     CHECK(int8.config.block == Dim3{288, 1, 1});
     CHECK(std::get<TensorMapArg>(int8.args.back()).box_width == 64);
