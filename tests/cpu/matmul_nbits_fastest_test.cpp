@@ -425,11 +425,34 @@ TEST_CASE("the planned sm_90 wgmma steps assemble for sm_90a without spills and 
         {"paired gate/up bf16 int8 M = 48", test::marked(node(4096, 14336, 8), kGateUpSwigluAttr),
          rows(48, DataType::BFloat16)},
     };
+    // NBITS_PREFILL_TMA on each tile height; the 256-token tiles hand the producers' registers to the computing
+    // warpgroups (setmaxnreg), without which ptxas serialised their wgmmas under the cap of 288 threads.
+    auto tma = [](test::Problem p, std::optional<int> tokens = std::nullopt) {
+        return with_override(with_override(std::move(p), &PlanOverrides::prefill_tma, 1),
+                             &PlanOverrides::prefill_wgmma_tile_m, tokens);
+    };
+    test::Shapes bf16_512 = rows(512, DataType::BFloat16);
+    bf16_512.zero_points = true;
+    const std::vector<std::pair<const char*, test::Problem>> problems = {
+        {"TMA, fp16 int4 M = 64 (64-token tiles)", tma(fastest(node(4096, 14336), rows(64)))},
+        {"TMA, fp16 int4 M = 128", tma(fastest(node(4096, 14336), rows(128)))},
+        {"TMA, fp16 int4 M = 512, 256-token tiles", tma(fastest(node(4096, 14336), rows(512)), 256)},
+        {"TMA, bf16 int4 zero points M = 512, 256-token tiles", tma(fastest(node(4096, 14336), bf16_512), 256)},
+        {"TMA, paired gate/up int8 M = 1024, 256-token tiles",
+         tma(fastest(test::marked(node(4096, 14336, 8), kGateUpSwigluAttr), rows(1024)), 256)},
+    };
+    std::vector<std::pair<std::string, LaunchPlan>> plans;
     for (const Planned& p : planned) {
-        CAPTURE(p.name);
-        const LaunchPlan plan = fastest(p.attributes, p.shapes).plan();
+        plans.emplace_back(p.name, fastest(p.attributes, p.shapes).plan());
+    }
+    for (const auto& [name, problem] : problems) {
+        plans.emplace_back(name, problem.plan());
+    }
+    for (const auto& [name, plan] : plans) {
+        CAPTURE(name);
         REQUIRE(plan.variant == "nbits_prefill_wgmma");
         const KernelStep& step = test::kernel_step(plan, 0);
+        CHECK((step.entry.find("_tma") != std::string::npos) == (name.rfind("TMA", 0) == 0));
         jit::CompileRequest request;
         request.source = &kernels::source_of_entry(step.entry);
         request.entries = {step.entry};
