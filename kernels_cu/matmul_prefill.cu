@@ -455,7 +455,8 @@ __device__ __forceinline__ void cp_async_mbarrier_arrive(const u32 bar)
 // are zeros.
 __device__ __forceinline__ void tma_load_2d(const u32 dst, const TmaMap* map, const int x, const int y, const u32 bar)
 {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];\n"
         :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(bar) : "memory");
 }
 

@@ -117,9 +117,9 @@ struct PlanOverrides {
     // CTA barrier. 0: every warp copies and computes. Unset: the plan's rule.
     std::optional<int> prefill_producer_warps;
     // 1: the sm_90 wgmma GEMM's k tiles come by the tensor memory accelerator
-    // (one producer warp issuing a tensor copy of the activations and one of
-    // each weight set a k tile) where K and the weight rows allow it; 0: by
-    // cp.async. Unset: the plan's rule.
+    // (its producers issuing a tensor copy of the activations and one of each
+    // weight set a k tile) where K and the weight rows allow it; 0: by
+    // cp.async. Unset: cp.async (not yet measured).
     std::optional<int> prefill_tma;
     // Columns of the weights Fastest's dequantise + cuBLASLt route
     // dequantises and multiplies at a time (64..1048576, rounded down to

@@ -105,7 +105,7 @@ struct PrefillTiles {
     bool wgmma = false;  // NBITS_WGMMA: sm_90a warpgroup MMA main loop
     int split_k = 1;     // NBITS_SPLIT_K: CTAs of a cluster sharing one output tile's K
     int producer_warps = 0;  // NBITS_PRODUCER_WARPS: wgmma only, warps that only copy
-    bool tma = false;        // NBITS_TMA: one producer warp, the k tiles' copies by the tensor memory accelerator
+    bool tma = false;        // NBITS_TMA: the producers' copies by the tensor memory accelerator
     // The wgmma GEMM's 64-token tiles (M <= 64), which take producer warps and split K from fewer weights.
     bool small_wgmma_tiles() const { return wgmma && tile_m == static_cast<int>(kWgmmaSmallTileM); }
     std::uint32_t threads() const
@@ -414,7 +414,7 @@ std::optional<int> wgmma_tile_m_override(const FastestRequest& fastest)
 // Whether the wgmma GEMM takes its k tiles by the tensor memory accelerator:
 // where the tensor maps can describe A and the weights (rows of whole 16
 // bytes, K % 8 == 0) and NBITS_PREFILL_TMA asks for it.
-bool tma_pays(const FastestRequest& fastest, const PrefillTiles& tiles)
+bool tma_feeds(const FastestRequest& fastest, const PrefillTiles& tiles)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
     const bool describable = config.k % 8 == 0 && config.k_blocks() * config.blob_size() % 16 == 0 &&
@@ -441,7 +441,7 @@ PrefillTiles wgmma_tiles(const FastestRequest& fastest)
     const std::optional<int> producers = fastest.request.context.overrides.prefill_producer_warps;
     const bool overridden = producers && (*producers == 0 || *producers == 1 || *producers == 2 || *producers == 4);
     tiles.producer_warps = overridden ? *producers : (small ? kWgmmaProducerWarps : 0);
-    if (tma_pays(fastest, tiles)) {
+    if (tma_feeds(fastest, tiles)) {
         // One producer warp; a warpgroup of them on the 256-token tiles, which hands its registers to the
         // computing warpgroups (setmaxnreg: 288 threads would cap those at 168, where ptxas serialises the wgmmas).
         tiles.tma = true;
