@@ -1233,18 +1233,19 @@ __device__ __forceinline__ void set_max_registers()
 [[maybe_unused]] constexpr int kProducerRegisters = 40;
 [[maybe_unused]] constexpr int kConsumerRegisters = 232;  // 40 x 128 + 232 x 256 = 168 x 384
 
-// The producer warp of NBITS_TMA: for each k tile, once its stage is free,
-// lane 0 issues the tensor copies of the activation tile (128B-swizzled, as
-// wgmma reads it) and of the weight rows (one box a weight set), and the
-// warp copies the scales and zero points as the cp.async producers do.
+// The producers of NBITS_TMA (a warp, or a warpgroup): for each k tile, once
+// its stage is free, the first issues the tensor copies of the activation
+// tile (128B-swizzled, as wgmma reads it) and of the weight rows (one box a
+// weight set), and all copy the scales and zero points as the cp.async
+// producers do.
 template <bool kPaired>
 __device__ __forceinline__ void produce_by_tma(u8* smem, const u32 smem_base, const u32 full, const u32 empty,
     const int first, const int count, const act_t* __restrict__ a, const WeightSource<kPaired>& src, const int m,
     const int m0)
 {
-    const int lane = (int)threadIdx.x - kThreads;
-    const StageLoader<kProducers, kPaired> loader(a, src, m, m0, lane);
-    if (lane == 0) {
+    const int producer = (int)threadIdx.x - kThreads;
+    const StageLoader<kProducers, kPaired> loader(a, src, m, m0, producer);
+    if (producer == 0) {
         prefetch_tma_map(src.act_map);
         prefetch_tma_map(src.b0_map);
         if (kPaired) {
@@ -1264,7 +1265,7 @@ __device__ __forceinline__ void produce_by_tma(u8* smem, const u32 smem_base, co
         loader.template load<true>(stage, smem + ring.stage * kStageBytes, tile);
         cp_async_mbarrier_arrive(bar);
         mbarrier_arrive(bar);
-        if (lane == 0) {
+        if (producer == 0) {
             mbarrier_arrive_expect_tx(bar, (u32)(kWBytes + kABytes));
             tma_load_2d(stage + kWBytes, src.act_map, tile * kTileK, m0, bar);
             tma_load_2d(stage, src.b0_map, tile * kWRowBytes, src.n0, bar);
