@@ -74,13 +74,13 @@
 //                          warpgroups that only issue the k tiles' copies and
 //                          hand the stages over through mbarriers (a full and
 //                          an empty one a stage, after the stages in SMEM)
-//   NBITS_TMA        [0]   1 (entries *_tma, with one producer warp): the
-//                          weights and activations of a k tile come by the
-//                          tensor memory accelerator (cp.async.bulk.tensor,
-//                          one instruction each) from the tensor maps the
-//                          entries take, the scales and zero points by the
-//                          producer warp's cp.async; all complete the
-//                          stage's full mbarrier
+//   NBITS_TMA        [0]   1 (entries *_tma, with 1 producer warp, or 4 on
+//                          256-token tiles): the weights and activations of
+//                          a k tile come by the tensor memory accelerator
+//                          (cp.async.bulk.tensor, one instruction each) from
+//                          the tensor maps the entries take, the scales and
+//                          zero points by the producers' cp.async; all
+//                          complete the stage's full mbarrier
 //   NBITS_NORM_THREADS [256], NBITS_DEQ_THREADS [256], NBITS_DEQ_UNITS [4]
 // Constraints (static_assert): TILE_N / WARPS_N % 16 == 0, TILE_M / WARPS_M
 // % 8 == 0, UNITS = TILE_K / WARPS_K / 32 in {1, 2, 4}, 8 * UNITS <=
