@@ -74,13 +74,16 @@
 //                          warpgroups that only issue the k tiles' copies and
 //                          hand the stages over through mbarriers (a full and
 //                          an empty one a stage, after the stages in SMEM)
-//   NBITS_TMA        [0]   1 (entries *_tma, with 1 producer warp, or 4 on
-//                          256-token tiles): the weights and activations of
-//                          a k tile come by the tensor memory accelerator
-//                          (cp.async.bulk.tensor, one instruction each) from
-//                          the tensor maps the entries take, the scales and
-//                          zero points by the producers' cp.async; all
-//                          complete the stage's full mbarrier
+//   NBITS_TMA        [0]   1 (entries *_tma, wgmma, with 0, 1 or 4 producer
+//                          warps): the weights and activations of a k tile
+//                          come by the tensor memory accelerator
+//                          (cp.async.bulk.tensor, one instruction each,
+//                          issued by the first producer, or without
+//                          producers by thread 0) from the tensor maps the
+//                          entries take, completing the stage's full
+//                          mbarrier; the scales and zero points by cp.async
+//                          (the producers', arriving on that barrier too,
+//                          or every thread's, waited for as without TMA)
 //   NBITS_NORM_THREADS [256], NBITS_DEQ_THREADS [256], NBITS_DEQ_UNITS [4]
 // Constraints (static_assert): TILE_N / WARPS_N % 16 == 0, TILE_M / WARPS_M
 // % 8 == 0, UNITS = TILE_K / WARPS_K / 32 in {1, 2, 4}, 8 * UNITS <=
@@ -95,7 +98,7 @@
 //                          DEQ_UNITS)), block DEQ_THREADS, no dynamic smem
 //   nbits_rmsnorm_rows     grid rows, block NORM_THREADS, no dynamic smem
 // SMEM = max(STAGES * STAGE, WARPS_K * TILE_M * (TILE_N + 4) * 4)
-//        + (PRODUCER_WARPS ? 16 * STAGES : 0) (+ 1024 with wgmma, to align), with
+//        + (PRODUCER_WARPS or TMA ? 16 * STAGES : 0) (+ 1024 with wgmma, to align), with
 //   STAGE = round_up_16(TILE_N * TILE_K * BITS / 8 + TILE_M * TILE_K * 2
 //                       + TILE_N * 4 * (SW + (HAS_ZP ? ZW : 0)))
 //   SPT = TILE_K >= BLOCK_SIZE ? TILE_K / BLOCK_SIZE : 1 (blocks per stage)
@@ -460,6 +463,13 @@ __device__ __forceinline__ void tma_load_2d(const u32 dst, const TmaMap* map, co
         :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(bar) : "memory");
 }
 
+// Makes this thread's mbarrier.init visible to the tensor memory
+// accelerator's completions (the async proxy) before the CTA barrier after it.
+__device__ __forceinline__ void fence_mbarrier_init()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
 __device__ __forceinline__ void prefetch_tma_map(const TmaMap* map)
 {
     asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<unsigned long long>(map)) : "memory");
@@ -527,9 +537,10 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], cons
 [[maybe_unused]] constexpr int kBlockThreads = kThreads + kProducers;
 [[maybe_unused]] constexpr bool kTma = NBITS_TMA != 0;
 [[maybe_unused]] constexpr int kPipelineBytes = kStages * kStageBytes > kEpiBytes ? kStages * kStageBytes : kEpiBytes;
-// With producer warps each stage has a full and an empty mbarrier, after the
-// stages and the staged tile.
-[[maybe_unused]] constexpr int kBarrierBytes = kProducerWarps > 0 ? 16 * kStages : 0;
+// With producer warps or TMA each stage has a full and an empty mbarrier (TMA
+// without producers uses only the full one), after the stages and the staged
+// tile.
+[[maybe_unused]] constexpr int kBarrierBytes = kProducerWarps > 0 || kTma ? 16 * kStages : 0;
 [[maybe_unused]] constexpr int kSmemBytes = kPipelineBytes + kBarrierBytes + kSmemSlack;
 
 static_assert(kWarpN % 16 == 0, "TILE_N / WARPS_N must be a multiple of 16");
@@ -543,9 +554,8 @@ static_assert(kStages >= 2, "at least two stages");
 static_assert(kSplitK >= 1 && kSplitK <= 8, "NBITS_SPLIT_K is 1..8 (a portable cluster size)");
 static_assert(kProducerWarps == 0 || (kWgmma && (kProducerWarps == 1 || kProducerWarps == 2 || kProducerWarps == 4)),
     "NBITS_PRODUCER_WARPS is 0, or 1, 2 or 4 with NBITS_WGMMA");
-static_assert(!kTma || (kWgmma && (kProducerWarps == 1 || kProducerWarps == 4) && kActAsync && kRowBytes % 16 == 0 &&
-                        kTileM <= 256),
-    "NBITS_TMA needs the wgmma main loop, 1 or 4 producer warps, K % 8 == 0 and weight rows of whole 16 bytes");
+static_assert(!kTma || (kWgmma && kProducerWarps != 2 && kActAsync && kRowBytes % 16 == 0 && kTileM <= 256),
+    "NBITS_TMA needs the wgmma main loop, 0, 1 or 4 producer warps, K % 8 == 0 and weight rows of whole 16 bytes");
 static_assert(!kWgmma || ((kTileN == 128 || kTileN == 256) && kWarpsN == kTileN / 16 && kTileK == 64 &&
                           kWarpsM == 1 && kWarpsK == 1 && (kTileM == 64 || kTileM == 128 || kTileM == 256) &&
                           kStages >= 3),
@@ -1215,7 +1225,9 @@ struct StageRing {
 // thread (ptxas's cap for 384 threads); the producers give all but 40 of
 // theirs to the computing warpgroups, whose 128 accumulators a thread and
 // dequantisation need more (at 168 ptxas serialises their wgmmas), and both
-// return to 168 before the epilogue, which they share.
+// return to 168 before the epilogue, which they share. Not for two CTAs an
+// SM: ptxas gives a setmaxnreg.inc region no more registers than the
+// launch's cap (80), below what a wgmma of 64 accumulators needs.
 [[maybe_unused]] constexpr bool kSplitRegisters = kTma && kProducerWarps == 4 && NBITS_MIN_CTAS == 1;
 static_assert(!kSplitRegisters || kBlockThreads == 384, "the register split assumes 384 threads");
 template <bool kInc, int kCount>
@@ -1233,6 +1245,32 @@ __device__ __forceinline__ void set_max_registers()
 [[maybe_unused]] constexpr int kProducerRegisters = 40;
 [[maybe_unused]] constexpr int kConsumerRegisters = 232;  // 40 x 128 + 232 x 256 = 168 x 384
 
+// NBITS_TMA: the tensor copies of k tile `tile` into the stage at shared
+// address `stage`, completing on the mbarrier `bar` with the arrival that
+// expects their bytes: the activation tile (128B-swizzled, as wgmma reads it)
+// and the weight rows, one box a weight set.
+template <bool kPaired>
+__device__ __forceinline__ void tensor_copies(
+    const u32 stage, const u32 bar, const int tile, const WeightSource<kPaired>& src, const int m0)
+{
+    mbarrier_arrive_expect_tx(bar, (u32)(kWBytes + kABytes));
+    tma_load_2d(stage + kWBytes, src.act_map, tile * kTileK, m0, bar);
+    tma_load_2d(stage, src.b0_map, tile * kWRowBytes, src.n0, bar);
+    if (kPaired) {
+        tma_load_2d(stage + kWBytes / 2, src.b1_map, tile * kWRowBytes, src.n0, bar);
+    }
+}
+
+template <bool kPaired>
+__device__ __forceinline__ void prefetch_tensor_maps(const WeightSource<kPaired>& src)
+{
+    prefetch_tma_map(src.act_map);
+    prefetch_tma_map(src.b0_map);
+    if (kPaired) {
+        prefetch_tma_map(src.b1_map);
+    }
+}
+
 // The producers of NBITS_TMA (a warp, or a warpgroup): for each k tile, once
 // its stage is free, the first issues the tensor copies of the activation
 // tile (128B-swizzled, as wgmma reads it) and of the weight rows (one box a
@@ -1246,11 +1284,7 @@ __device__ __forceinline__ void produce_by_tma(u8* smem, const u32 smem_base, co
     const int producer = (int)threadIdx.x - kThreads;
     const StageLoader<kProducers, kPaired> loader(a, src, m, m0, producer);
     if (producer == 0) {
-        prefetch_tma_map(src.act_map);
-        prefetch_tma_map(src.b0_map);
-        if (kPaired) {
-            prefetch_tma_map(src.b1_map);
-        }
+        prefetch_tensor_maps(src);
     }
     StageRing ring;  // stage of tile i and the parity of its empty barrier's previous phase
     ring.parity = 1;
@@ -1266,12 +1300,7 @@ __device__ __forceinline__ void produce_by_tma(u8* smem, const u32 smem_base, co
         cp_async_mbarrier_arrive(bar);
         mbarrier_arrive(bar);
         if (producer == 0) {
-            mbarrier_arrive_expect_tx(bar, (u32)(kWBytes + kABytes));
-            tma_load_2d(stage + kWBytes, src.act_map, tile * kTileK, m0, bar);
-            tma_load_2d(stage, src.b0_map, tile * kWRowBytes, src.n0, bar);
-            if (kPaired) {
-                tma_load_2d(stage + kWBytes / 2, src.b1_map, tile * kWRowBytes, src.n0, bar);
-            }
+            tensor_copies(stage, bar, tile, src, m0);
         }
         ring.advance();
     }
@@ -1304,6 +1333,9 @@ __device__ __forceinline__ void produced_k_tiles(u8* smem, const u32 smem_base, 
         for (int s = 0; s < kStages; ++s) {
             mbarrier_init(full + 8 * s, kTma ? kTmaFullArrivals : kProducers);
             mbarrier_init(empty + 8 * s, kThreads);
+        }
+        if (kTma) {
+            fence_mbarrier_init();
         }
     }
     __syncthreads();
@@ -1381,19 +1413,44 @@ __device__ __forceinline__ void staged_k_tiles(
         return;
     }
     const StageLoader<kThreads, kPaired> loader(a, src, m, m0, (int)threadIdx.x);
+    // NBITS_TMA: thread 0 issues the tensor copies, which complete the stage's
+    // full mbarrier; every thread copies its scales and zero points as without.
+    const u32 full = smem_base + kPipelineBytes;
+    if constexpr (kTma) {
+        if (threadIdx.x == 0) {
+#pragma unroll
+            for (int s = 0; s < kStages; ++s) {
+                mbarrier_init(full + 8 * s, 1);
+            }
+            fence_mbarrier_init();
+            prefetch_tensor_maps(src);
+        }
+        __syncthreads();
+    }
+    const auto tensor_copies_of = [&](const int stage, const int tile) {
+        if constexpr (kTma) {
+            if (threadIdx.x == 0) {
+                tensor_copies(smem_base + stage * kStageBytes, full + 8 * stage, tile, src, m0);
+            }
+        }
+    };
 #pragma unroll
     for (int s = 0; s < kCopiesAhead; ++s) {
         if (s < count) {
-            loader.load(smem_base + s * kStageBytes, smem + s * kStageBytes, first + s);
+            loader.template load<kTma>(smem_base + s * kStageBytes, smem + s * kStageBytes, first + s);
+            tensor_copies_of(s, first + s);
         }
         cp_async_commit();
     }
-    StageRing ring;      // the stage of tile i
+    StageRing ring;      // the stage of tile i and its full barrier's parity
     StageRing refilled;  // the stage of tile i + kCopiesAhead
     refilled.stage = kCopiesAhead % kStages;
 #pragma unroll 1
     for (int i = 0; i < count; ++i) {
         cp_async_wait<kCopiesAhead - 1>();
+        if constexpr (kTma) {
+            mbarrier_wait(full + 8 * ring.stage, ring.parity);
+        }
         if (kWgmma) {
             // The copies (generic proxy) become visible to wgmma (async proxy).
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -1401,7 +1458,9 @@ __device__ __forceinline__ void staged_k_tiles(
         __syncthreads();
         const int next = i + kCopiesAhead;
         if (next < count) {
-            loader.load(smem_base + refilled.stage * kStageBytes, smem + refilled.stage * kStageBytes, first + next);
+            loader.template load<kTma>(smem_base + refilled.stage * kStageBytes, smem + refilled.stage * kStageBytes,
+                                       first + next);
+            tensor_copies_of(refilled.stage, first + next);
         }
         cp_async_commit();
         compute(ring.stage, smem_base + ring.stage * kStageBytes, first + i);

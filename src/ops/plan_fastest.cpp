@@ -222,8 +222,9 @@ std::size_t prefill_shared_bytes(const PrefillTiles& t, const MatMulNBitsConfig&
     const std::size_t align = t.wgmma ? 1024 : 16;
     const std::size_t stage = (raw + align - 1) / align * align;
     const std::size_t reduction = static_cast<std::size_t>(t.warps_k) * t.tile_m * (t.tile_n + 4) * 4;
-    // Producer warps hand the stages over through a full and an empty mbarrier each.
-    const std::size_t barriers = t.producer_warps > 0 ? 16 * static_cast<std::size_t>(t.stages) : 0;
+    // Producer warps (or the tensor memory accelerator) hand the stages over through a full and an empty mbarrier
+    // each.
+    const std::size_t barriers = t.producer_warps > 0 || t.tma ? 16 * static_cast<std::size_t>(t.stages) : 0;
     return std::max(static_cast<std::size_t>(t.stages) * stage, reduction) + barriers + (t.wgmma ? 1024 : 0);
 }
 
@@ -442,10 +443,14 @@ PrefillTiles wgmma_tiles(const FastestRequest& fastest)
     const bool overridden = producers && (*producers == 0 || *producers == 1 || *producers == 2 || *producers == 4);
     tiles.producer_warps = overridden ? *producers : (small ? kWgmmaProducerWarps : 0);
     if (tma_feeds(fastest, tiles)) {
-        // One producer warp; a warpgroup of them on the 256-token tiles, which hands its registers to the
-        // computing warpgroups (setmaxnreg: 288 threads would cap those at 168, where ptxas serialises the wgmmas).
+        // One producer warp on the 64-token tiles. None on the 128-token (and 256-row) ones: thread 0 issues the
+        // tensor copies, and two CTAs an SM keep their 64 accumulators a thread (with a producer warp ptxas caps
+        // two CTAs of 288 threads at 96 registers, which spills and serialises the wgmmas; one CTA an SM with
+        // NBITS_PREFILL_PRODUCER_WARPS=1). A warpgroup of them on the 256-token tiles, which hands its registers
+        // to the computing warpgroups (setmaxnreg: 288 threads would cap those at 168, where ptxas serialises the
+        // wgmmas). The override takes 0, 1 or 4.
         tiles.tma = true;
-        tiles.producer_warps = tiles.tile_m == 256 ? 4 : 1;
+        tiles.producer_warps = overridden && *producers != 2 ? *producers : tiles.tile_m == 256 ? 4 : small ? 1 : 0;
     }
     if (tiles.producer_warps > 0 && !small) {
         tiles.min_ctas = 1;

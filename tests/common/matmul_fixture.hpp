@@ -140,6 +140,12 @@ private:
     CUgraphExec exec_ = nullptr;
 };
 
+// Records `record` (a run into `output`) into a CUDA graph, checks that the
+// capture launched nothing, then that each of `replays` replays writes
+// `eager` into the poisoned output and that nothing is left allocated.
+void check_graph_replays(CudaRuntime& runtime, DeviceOutput& output, const std::vector<std::uint8_t>& eager,
+                         std::size_t element_size, const std::function<void()>& record, int replays = 2);
+
 // The original kernels (tests/third_party/onnx_runtime_ep_cuda) and the
 // test-only references built from them or from the description in
 // shared/docs/ORIGINAL.md.

@@ -436,6 +436,10 @@ TEST_CASE("the planned sm_90 wgmma steps assemble for sm_90a without spills and 
     const std::vector<std::pair<const char*, test::Problem>> problems = {
         {"TMA, fp16 int4 M = 64 (64-token tiles)", tma(fastest(node(4096, 14336), rows(64)))},
         {"TMA, fp16 int4 M = 128", tma(fastest(node(4096, 14336), rows(128)))},
+        {"TMA, bf16 int4 zero points M = 512", tma(fastest(node(4096, 14336), bf16_512))},
+        {"TMA, paired gate/up int8 M = 256", tma(fastest(test::marked(node(4096, 14336, 8), kGateUpSwigluAttr), rows(256)))},
+        {"TMA, fp16 int4 M = 256, 256-row tiles",
+         with_override(tma(fastest(node(4096, 14336), rows(256))), &PlanOverrides::prefill_wgmma_tile_n, 256)},
         {"TMA, fp16 int4 M = 512, 256-token tiles", tma(fastest(node(4096, 14336), rows(512)), 256)},
         {"TMA, bf16 int4 zero points M = 512, 256-token tiles", tma(fastest(node(4096, 14336), bf16_512), 256)},
         {"TMA, paired gate/up int8 M = 1024, 256-token tiles",
@@ -542,7 +546,7 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_M: 128 or 256 
     CHECK(test::kernel_step(paired, 0).config.grid == Dim3{224, 4, 1});
 }
 
-TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TMA: one producer warp and tensor maps of A and the weights")
+TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TMA: the copies' issuers and tensor maps of A and the weights")
 {
     auto tma = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::prefill_tma, 1); };
     // Llama-3-8B up at M = 512 on 256-token tiles: the *_tma entry, a warpgroup of producers, one CTA an SM.
@@ -584,6 +588,20 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TMA: one producer warp an
     CHECK(defines(int8, "NBITS_MIN_CTAS=2"));
     CHECK(int8.config.block == Dim3{288, 1, 1});
     CHECK(std::get<TensorMapArg>(int8.args.back()).box_width == 64);
+    // The 128-token tiles: thread 0 issues the tensor copies, two CTAs an SM (the stages and their mbarriers);
+    // NBITS_PREFILL_PRODUCER_WARPS=1 gives them a producer warp, one CTA an SM.
+    const KernelStep tokens128 = test::kernel_step(tma(fastest(node(4096, 14336), rows(512))).plan(), 0);
+    CHECK(tokens128.entry == "nbits_prefill_gemm_tma");
+    CHECK(!sets(tokens128, "NBITS_PRODUCER_WARPS"));
+    CHECK(defines(tokens128, "NBITS_MIN_CTAS=2"));
+    CHECK(tokens128.config.block == Dim3{256, 1, 1});
+    CHECK(tokens128.config.grid == Dim3{112, 4, 1});
+    CHECK(tokens128.config.dynamic_shared_bytes == 108544 + 80);
+    const KernelStep producer128 = test::kernel_step(
+        with_override(tma(fastest(node(4096, 14336), rows(512))), &PlanOverrides::prefill_producer_warps, 1).plan(), 0);
+    CHECK(defines(producer128, "NBITS_PRODUCER_WARPS=1"));
+    CHECK(defines(producer128, "NBITS_MIN_CTAS=1"));
+    CHECK(producer128.config.block == Dim3{288, 1, 1});
     // Where a tensor map cannot describe A (K % 8 != 0), the cp.async copies; unset, 0, other GPUs: no maps.
     CHECK(test::kernel_step(tma(fastest(node(4100, 14336), rows(512))).plan(), 0).entry.find("_tma") ==
           std::string::npos);

@@ -232,6 +232,25 @@ CapturedGraph::CapturedGraph(CudaRuntime& runtime, const std::function<void()>& 
     }
 }
 
+void check_graph_replays(CudaRuntime& runtime, DeviceOutput& output, const std::vector<std::uint8_t>& eager,
+                         std::size_t element_size, const std::function<void()>& record, int replays)
+{
+    const std::uint64_t live = runtime.counters().live();
+    {
+        output.poison();
+        CapturedGraph graph(runtime, record);
+        CHECK_MESSAGE(output.still_poisoned(), "the capture ran kernels instead of recording them");
+        for (int replay = 0; replay < replays; ++replay) {
+            CAPTURE(replay);
+            output.poison();
+            graph.replay();
+            const std::string difference = byte_difference(output.bytes(), eager, element_size);
+            CHECK_MESSAGE(difference.empty(), difference);
+        }
+    }
+    CHECK_MESSAGE(runtime.counters().live() == live, "capturing or replaying left allocations behind");
+}
+
 CapturedGraph::~CapturedGraph()
 {
     CudaRuntime::Internals::ScopedContext scope(runtime_);

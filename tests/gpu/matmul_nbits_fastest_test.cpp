@@ -657,14 +657,51 @@ TEST_CASE("the sm_90 wgmma GEMM fed by the tensor memory accelerator (NBITS_PREF
         return;
     }
     const ScopedEnv tma(ops::kPrefillTmaEnv, std::string("1"));
-    // Every feature on the three tile heights (K = 1003 keeps the cp.async copies).
+    // Every feature on the three tile heights (K = 1003 keeps the cp.async copies): on 128-token tiles thread 0
+    // issues the tensor copies, or with NBITS_PREFILL_PRODUCER_WARPS=1 a producer warp.
     check_wgmma_nodes(wide_prefill_cases(), 0x7a1a0000ull, true);
+    {
+        const ScopedEnv producers(ops::kPrefillProducerWarpsEnv, std::string("1"));
+        check_wgmma_nodes(wide_prefill_cases(), 0x7a1c0000ull, true);
+    }
     {
         const ScopedEnv tokens(ops::kPrefillWgmmaTileMEnv, std::string("256"));
         check_wgmma_nodes(tall_tile_cases(), 0x7a1b0000ull, true);
     }
     const ScopedEnv min_m(ops::kPrefillWgmmaMinMEnv, std::string("17"));
     check_wgmma_nodes(short_tile_cases(), 0x7a640000ull, true);
+}
+
+TEST_CASE("the TMA-fed wgmma GEMM (NBITS_PREFILL_TMA) replays from a CUDA graph with the bytes of an eager run")
+{
+    if (!runs_wgmma()) {
+        return;
+    }
+    // The tensor maps are kernel parameters encoded from the run's tensors: a graph keeps them by value.
+    CudaRuntime& runtime = matmul_gpu();
+    const ScopedEnv tma(ops::kPrefillTmaEnv, std::string("1"));
+    const ScopedEnv min_m(ops::kPrefillWgmmaMinMEnv, std::string("17"));
+    // A plain node on 64-token tiles and a paired one on 256-token tiles (a warpgroup of producers).
+    const FastestCase plain = feature_case(DataType::Float16, 40, 4, 32, true, Bias::Plain, false, false, 13000);
+    const FastestCase paired = feature_case(DataType::BFloat16, 300, 4, 128, false, Bias::None, true, true, 3300, 1024);
+    std::uint64_t seed = 0x7a9a0000ull;
+    for (const FastestCase& c : {plain, paired}) {
+        CAPTURE(c.describe());
+        const ScopedEnv tokens(ops::kPrefillWgmmaTileMEnv,
+                               c.m > 256 ? std::optional<std::string>("256") : std::nullopt);
+        const FastestNode node = make_node(c, seed++);
+        const std::unique_ptr<ops::MatMulNBits> op = fastest_operator(node);
+        const DeviceTensors device(runtime, node.inputs);
+        DeviceOutput output(runtime, c.activation, {c.m, c.n});
+        const RunOutcome eager = run_into(*op, device.tensors(), output);
+        REQUIRE(eager.plan.capture_safe);
+        CHECK(kernel_entries(eager.plan).front().find("_tma") != std::string::npos);
+        Outcome ran;
+        ran.error = oracle_error(output_values(c.activation, eager.bytes), node.expected);
+        check_oracle_bounds(c, ran);
+        check_graph_replays(runtime, output, eager.bytes, element_size(c.activation),
+                            [&] { op->run(device.tensors(), {output.tensor()}); });
+    }
 }
 
 // Every decode case of the feature matrix (M = 1..16, fp16 and bf16).
@@ -923,23 +960,42 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
     add(DataType::BFloat16, 32, 4, 32, false, Bias::Folded, false, false);
     set.back().n = 27100;
     set.back().k = 264;
+    // The wgmma GEMM fed by the tensor memory accelerator (NBITS_PREFILL_TMA=1): 128-token tiles with a producer
+    // warp, 256-token paired tiles with a warpgroup of producers, 64-token tiles split over a cluster of 2.
+    const std::size_t first_tma_node = set.size();
+    add(DataType::Float16, 130, 4, 32, true, Bias::Plain, false, false);
+    set.back().n = 6500;
+    add(DataType::BFloat16, 300, 4, 64, false, Bias::None, false, true);
+    set.back().n = 3300;
+    const std::size_t tall_tma_node = set.size() - 1;
+    add(DataType::Float16, 40, 8, 32, true, Bias::Folded, false, false);
+    set.back().n = 13000;
+    const std::size_t short_tma_node = set.size() - 1;
     std::uint64_t seed = 0x5a17;
     for (std::size_t i = 0; i < set.size(); ++i) {
         const FastestCase& c = set[i];
         CAPTURE(c.describe());
-        const ScopedEnv split(ops::kPrefillSplitKEnv, i == split_node  ? std::optional<std::string>("3")
-                                                      : i == wide_node ? std::optional<std::string>("4")
+        const ScopedEnv split(ops::kPrefillSplitKEnv, i == split_node       ? std::optional<std::string>("3")
+                                                      : i == wide_node      ? std::optional<std::string>("4")
+                                                      : i == short_tma_node ? std::optional<std::string>("2")
                                                                        : std::nullopt);
         const ScopedEnv rows(ops::kPrefillWgmmaTileNEnv,
                              i == wide_node ? std::optional<std::string>("256") : std::nullopt);
         const ScopedEnv min_m(ops::kPrefillWgmmaMinMEnv,
-                              i == small_m_node ? std::optional<std::string>("17") : std::nullopt);
-        const ScopedEnv tokens(ops::kPrefillWgmmaTileMEnv,
-                               i == tall_node ? std::optional<std::string>("256") : std::nullopt);
+                              i == small_m_node || i == short_tma_node ? std::optional<std::string>("17")
+                                                                       : std::nullopt);
+        const ScopedEnv tokens(ops::kPrefillWgmmaTileMEnv, i == tall_node || i == tall_tma_node
+                                                               ? std::optional<std::string>("256")
+                                                               : std::nullopt);
+        const ScopedEnv tma(ops::kPrefillTmaEnv,
+                            i >= first_tma_node ? std::optional<std::string>("1") : std::nullopt);
         const Outcome outcome = run_case(c, seed++);
         CAPTURE(outcome.variant);
         CHECK(outcome.error.all_finite);
         CHECK(outcome.error.max_abs <= std::max(2e-2f * outcome.error.max_out, 1e-3f));
+        if (i >= first_tma_node && matmul_gpu().capabilities().sm() == 90) {
+            CHECK(outcome.tma);
+        }
     }
 }
 
