@@ -533,6 +533,19 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
     const std::size_t y_row_bytes = config.n * element_size(fastest.operands.activation_type);
     const Specialisation spec{fastest};
     const HalfOperands& o = fastest.operands;
+    // The defines and launch geometry both entries share: a CTA takes `columns` of Y (half its weight rows for
+    // the paired node).
+    auto launch = [&](StepBuilder& step, int columns, int bias_mode) {
+        spec.common(step);
+        tile_defines(step, *tiles);
+        step.define("NBITS_BIAS_MODE", bias_mode)
+            .grid(grid_extent(config.n, static_cast<std::size_t>(columns), kMaxGridX, "N"),
+                  grid_extent(rows, static_cast<std::size_t>(tiles->tile_m), kMaxGridYZ, "M"),
+                  static_cast<std::uint32_t>(tiles->split_k))
+            .block(tiles->threads())
+            .shared_memory(static_cast<std::uint32_t>(shared_bytes), true)
+            .add_to(plan, fastest.request);
+    };
     if (fastest.up != nullptr) {
         StepBuilder step(tiles->tma ? "nbits_prefill_gate_up_tma" : "nbits_prefill_gate_up",
                          "nbits fused gate/up SwiGLU prefill GEMM");
@@ -552,15 +565,7 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
                 .arg("gate_map", weight_map(fastest, o.packed, *tiles, box_rows))
                 .arg("up_map", weight_map(fastest, fastest.up->packed, *tiles, box_rows));
         }
-        spec.common(step);
-        tile_defines(step, *tiles);
-        step.define("NBITS_BIAS_MODE", 0)
-            .grid(grid_extent(config.n, static_cast<std::size_t>(tiles->tile_n / 2), kMaxGridX, "N"),
-                  grid_extent(rows, static_cast<std::size_t>(tiles->tile_m), kMaxGridYZ, "M"),
-                  static_cast<std::uint32_t>(tiles->split_k))
-            .block(tiles->threads())
-            .shared_memory(static_cast<std::uint32_t>(shared_bytes), true)
-            .add_to(plan, fastest.request);
+        launch(step, tiles->tile_n / 2, 0);
         return tiles;
     }
     const std::size_t bias_row_bytes = fastest.bias_row_stride * element_size(o.activation_type);
@@ -578,15 +583,7 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
         step.arg("act_map", activation_map(fastest, activation, rows, *tiles))
             .arg("b_map", weight_map(fastest, o.packed, *tiles, static_cast<std::uint32_t>(tiles->tile_n)));
     }
-    spec.common(step);
-    tile_defines(step, *tiles);
-    step.define("NBITS_BIAS_MODE", spec.bias_mode())
-        .grid(grid_extent(config.n, static_cast<std::size_t>(tiles->tile_n), kMaxGridX, "N"),
-              grid_extent(rows, static_cast<std::size_t>(tiles->tile_m), kMaxGridYZ, "M"),
-              static_cast<std::uint32_t>(tiles->split_k))
-        .block(tiles->threads())
-        .shared_memory(static_cast<std::uint32_t>(shared_bytes), true)
-        .add_to(plan, fastest.request);
+    launch(step, tiles->tile_n, spec.bias_mode());
     return tiles;
 }
 
