@@ -1664,8 +1664,8 @@ using namespace nbits_prefill;
 
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm || NBITS_ENTRY_nbits_prefill_gate_up || \
     NBITS_ENTRY_nbits_prefill_gemm_tma || NBITS_ENTRY_nbits_prefill_gate_up_tma
-// The dynamic shared memory the two GEMM entries need (prefill_smem_bytes
-// above), readable with cuModuleGetGlobal to check a host-side formula.
+// The dynamic shared memory the GEMM entries need (SMEM above): a CPU test
+// reads it from the PTX of each tile kind and checks the planner's formula.
 extern "C" __constant__ int nbits_prefill_smem_bytes = kSmemBytes;
 #endif
 

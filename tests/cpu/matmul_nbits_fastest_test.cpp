@@ -400,6 +400,75 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM over 64-token tiles from M =
     }
 }
 
+TEST_CASE("the fused prefill GEMM's planned dynamic shared memory is what the kernel lays out (every tile kind)")
+{
+    // The kernel places its mbarriers after the stages (kSmemBytes, exported as nbits_prefill_smem_bytes): a
+    // host formula short of it would let a CTA write past its shared memory, which only a GPU would notice.
+    using Override = std::optional<int> PlanOverrides::*;
+    struct Planned {
+        std::string name;
+        test::Problem problem;
+    };
+    auto with = [](test::Problem p, std::initializer_list<std::pair<Override, int>> overrides) {
+        for (const auto& [field, value] : overrides) {
+            p = with_override(std::move(p), field, value);
+        }
+        return p;
+    };
+    test::Shapes bf16_zp = rows(128, DataType::BFloat16);
+    bf16_zp.zero_points = true;
+    test::Shapes f32_scales = rows(48);
+    f32_scales.scales = DataType::Float32;
+    f32_scales.zero_points = true;
+    const NodeAttributes paired_int8 = test::marked(node(4096, 14336, 8, 128), kGateUpSwigluAttr);
+    const std::vector<Planned> planned = {
+        {"mma.sync M = 20", fastest(node(4096, 14336), rows(20))},
+        {"mma.sync M = 32, fp32 scales, zero points", fastest(node(4096, 6144, 4, 16), f32_scales)},
+        {"mma.sync M = 100 on the A100", fastest(node(4096, 14336), rows(100), Capabilities::a100())},
+        {"mma.sync paired int8 M = 24", fastest(paired_int8, rows(24))},
+        {"wgmma 64-token tiles, producer warps", fastest(node(4096, 14336), rows(64))},
+        {"wgmma 128-token tiles, bf16 zero points", fastest(node(4096, 14336), bf16_zp)},
+        {"wgmma 256-token tiles", with(fastest(node(4096, 14336), rows(512)), {{&PlanOverrides::prefill_wgmma_tile_m, 256}})},
+        {"wgmma 256-row tiles", with(fastest(node(4096, 14336), rows(256)), {{&PlanOverrides::prefill_wgmma_tile_n, 256}})},
+        {"wgmma split over 2, one producer warp",
+         with(fastest(node(4096, 14336), rows(200)),
+              {{&PlanOverrides::prefill_split_k, 2}, {&PlanOverrides::prefill_producer_warps, 1}})},
+        {"TMA 64-token tiles, int8", with(fastest(node(4096, 14336, 8), rows(64)), {{&PlanOverrides::prefill_tma, 1}})},
+        {"TMA 128-token tiles", with(fastest(node(4096, 14336), rows(512)), {{&PlanOverrides::prefill_tma, 1}})},
+        {"TMA 128-token tiles, a producer warp",
+         with(fastest(node(4096, 14336), rows(512)),
+              {{&PlanOverrides::prefill_tma, 1}, {&PlanOverrides::prefill_producer_warps, 1}})},
+        {"TMA 256-token tiles, paired int8",
+         with(fastest(paired_int8, rows(1024)),
+              {{&PlanOverrides::prefill_tma, 1}, {&PlanOverrides::prefill_wgmma_tile_m, 256}})},
+        {"TMA 256-row tiles, bf16 zero points",
+         with(fastest(node(4096, 14336), bf16_zp),
+              {{&PlanOverrides::prefill_tma, 1}, {&PlanOverrides::prefill_wgmma_tile_n, 256}})},
+    };
+    const std::string symbol = ".u32 nbits_prefill_smem_bytes = ";
+    for (const Planned& p : planned) {
+        CAPTURE(p.name);
+        const LaunchPlan plan = p.problem.plan();
+        CAPTURE(plan.variant);
+        const auto step = std::find_if(plan.steps.begin(), plan.steps.end(), [](const PlanStep& s) {
+            const auto* kernel = std::get_if<KernelStep>(&s);
+            return kernel != nullptr && kernel->entry.rfind("nbits_prefill_g", 0) == 0;
+        });
+        REQUIRE(step != plan.steps.end());
+        const KernelStep& kernel = std::get<KernelStep>(*step);
+        CAPTURE(kernel.entry);
+        jit::CompileRequest request;
+        request.source = &kernels::source_of_entry(kernel.entry);
+        request.entries = {kernel.entry};
+        request.defines = kernel.defines;
+        request.target = kernel.arch_specific ? jit::Target::ptx(9, 0, true) : jit::Target::ptx(8, 0);
+        const std::string ptx = jit::compile(request).image;
+        const std::size_t at = ptx.find(symbol);
+        REQUIRE(at != std::string::npos);
+        CHECK(std::stoul(ptx.substr(at + symbol.size())) == kernel.config.dynamic_shared_bytes);
+    }
+}
+
 TEST_CASE("the planned sm_90 wgmma steps assemble for sm_90a without spills and without serialised wgmmas")
 {
     // ptxas serialises the wgmmas of a pipeline whose accumulators another instruction defines (its C7515
