@@ -58,6 +58,10 @@
 //   NBITS_GROUP_N    [8]   CTA raster: groups of GROUP_N column tiles, tokens
 //                          fastest inside a group, so a wave shares weights
 //   NBITS_MIN_CTAS   [1]   __launch_bounds__ minimum CTAs per SM (register cap)
+//   NBITS_FIRST_COLUMN_TILE [0] the column tile of grid x 0: a launch over
+//                          the column tiles from it on (the plan splits the
+//                          K of a grid's last, partial wave of tiles in a
+//                          second launch)
 //   NBITS_WGMMA      [0]   1: sm_90a warpgroup MMA (wgmma.mma_async) main loop;
 //                          needs TILE_N 128 or 256 (64 weight rows a
 //                          warpgroup), WARPS_N = TILE_N / 16, TILE_K 64,
@@ -94,6 +98,7 @@
 //                          block THREADS, dynamic smem SMEM (below)
 //   nbits_prefill_gate_up  grid (ceil(N / (TILE_N / 2)), ceil(M / TILE_M),
 //                          SPLIT_K), block THREADS, dynamic smem SMEM
+//   (*_tma alike; grid x less FIRST_COLUMN_TILE, or fewer column tiles)
 //   nbits_dequantize       grid ceil(n_count * ceil(K / 8) / (DEQ_THREADS *
 //                          DEQ_UNITS)), block DEQ_THREADS, no dynamic smem
 //   nbits_rmsnorm_rows     grid rows, block NORM_THREADS, no dynamic smem
@@ -168,6 +173,9 @@
 #endif
 #ifndef NBITS_MIN_CTAS
 #define NBITS_MIN_CTAS 1
+#endif
+#ifndef NBITS_FIRST_COLUMN_TILE
+#define NBITS_FIRST_COLUMN_TILE 0
 #endif
 #ifndef NBITS_WGMMA
 #define NBITS_WGMMA 0
@@ -645,7 +653,7 @@ __device__ __forceinline__ int2 cta_tile()
     const int first = group * NBITS_GROUP_N;
     const int width = n_tiles - first < NBITS_GROUP_N ? n_tiles - first : NBITS_GROUP_N;
     const int within = id - first * m_tiles;
-    return make_int2(first + within % width, within / width);
+    return make_int2(NBITS_FIRST_COLUMN_TILE + first + within % width, within / width);
 }
 
 // Copies word `word` of the 4-byte words that cover the bytes from `byte0` on

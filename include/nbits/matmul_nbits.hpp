@@ -60,8 +60,8 @@ struct MatMulNBitsConfig {
 // decode GEMVs (ONNX_GENAI_DOWN_COLS and ONNX_GENAI_ACC4_WARPS are accepted as
 // aliases), NBITS_PREFILL_SPLIT_K (1..8), NBITS_PREFILL_WGMMA_TILE_N (128|256),
 // NBITS_PREFILL_WGMMA_MIN_M (17..65), NBITS_PREFILL_WGMMA_TILE_M (128|256) and
-// NBITS_PREFILL_PRODUCER_WARPS (0|1|2|4) and NBITS_PREFILL_TMA (0|1) for
-// Fastest's fused prefill GEMM,
+// NBITS_PREFILL_PRODUCER_WARPS (0|1|2|4), NBITS_PREFILL_TMA (0|1) and
+// NBITS_PREFILL_TAIL_SPLIT (0|1) for Fastest's fused prefill GEMM,
 // NBITS_PREFILL_CHUNK_COLUMNS (64..1048576) for its dequantise + cuBLASLt
 // route, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4), NBITS_DECODE_TILES
 // (1|2), NBITS_DECODE_STAGE_ACTS (0|1), NBITS_DECODE_COL_WARPS (1|2|4),
@@ -78,6 +78,7 @@ inline constexpr const char* kPrefillWgmmaMinMEnv = "NBITS_PREFILL_WGMMA_MIN_M";
 inline constexpr const char* kPrefillWgmmaTileMEnv = "NBITS_PREFILL_WGMMA_TILE_M";
 inline constexpr const char* kPrefillProducerWarpsEnv = "NBITS_PREFILL_PRODUCER_WARPS";
 inline constexpr const char* kPrefillTmaEnv = "NBITS_PREFILL_TMA";
+inline constexpr const char* kPrefillTailSplitEnv = "NBITS_PREFILL_TAIL_SPLIT";
 inline constexpr const char* kPrefillChunkColumnsEnv = "NBITS_PREFILL_CHUNK_COLUMNS";
 inline constexpr const char* kDecodeProgrammaticEnv = "NBITS_DECODE_PDL";
 inline constexpr const char* kDecodeStagesEnv = "NBITS_DECODE_STAGES";
@@ -117,10 +118,15 @@ struct PlanOverrides {
     // CTA barrier. 0: every warp copies and computes. Unset: the plan's rule.
     std::optional<int> prefill_producer_warps;
     // 1: the sm_90 wgmma GEMM's k tiles come by the tensor memory accelerator
-    // (its producers issuing a tensor copy of the activations and one of each
-    // weight set a k tile) where K and the weight rows allow it; 0: by
-    // cp.async. Unset: cp.async (not yet measured).
+    // (one thread or its producers issuing a tensor copy of the activations
+    // and one of each weight set a k tile) where K and the weight rows allow
+    // it; 0: by cp.async. Unset: cp.async (not yet measured).
     std::optional<int> prefill_tma;
+    // 1: where the sm_90 wgmma GEMM's grid ends in a partial wave of CTAs, a
+    // first launch takes the column tiles of the whole waves and a second the
+    // rest with their K split over clusters of 2 to 4 CTAs, as many as make
+    // that tail shortest; 0: one launch. Unset: one launch (not yet measured).
+    std::optional<int> prefill_tail_split;
     // Columns of the weights Fastest's dequantise + cuBLASLt route
     // dequantises and multiplies at a time (64..1048576, rounded down to
     // whole tiles of 64 and capped by the scratch budget). Unset: the rule in
@@ -179,7 +185,9 @@ struct PlanOverrides {
     // out). DOWN_COLS must be exactly "8", "4" or "2"; the others are unsigned
     // decimals with an optional '+' ("+4" and "04" count): ACC4_WARPS 1, 2, 4
     // or 8, PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256,
-    // PREFILL_WGMMA_MIN_M 17 to 65, PREFILL_WGMMA_TILE_M 128 or 256, DECODE_PDL
+    // PREFILL_WGMMA_MIN_M 17 to 65, PREFILL_WGMMA_TILE_M 128 or 256,
+    // PREFILL_PRODUCER_WARPS 0, 1, 2 or 4, PREFILL_TMA and PREFILL_TAIL_SPLIT 0
+    // or 1, DECODE_PDL
     // 0 or 1, DECODE_STAGES 2 to 4, DECODE_TILES 1 or 2, DECODE_STAGE_ACTS 0 or
     // 1, DECODE_COL_WARPS 1, 2 or 4, PREFILL_CHUNK_COLUMNS 64 to 1048576,
     // DECODE_CLUSTER_K 1, 2 or 4, DECODE_CHUNKS 1 or 2, DECODE_STAGE_META and

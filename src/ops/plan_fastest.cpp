@@ -106,6 +106,9 @@ struct PrefillTiles {
     int split_k = 1;     // NBITS_SPLIT_K: CTAs of a cluster sharing one output tile's K
     int producer_warps = 0;  // NBITS_PRODUCER_WARPS: wgmma only, warps that only copy
     bool tma = false;        // NBITS_TMA: the producers' copies by the tensor memory accelerator
+    // With split_k > 1: the column tile from which K is split (a second launch after the whole waves of
+    // unsplit tiles, NBITS_PREFILL_TAIL_SPLIT); 0: every tile's K is split.
+    std::size_t split_from_column_tile = 0;
     // The wgmma GEMM's 64-token tiles (M <= 64), which take producer warps and split K from fewer weights.
     bool small_wgmma_tiles() const { return wgmma && tile_m == static_cast<int>(kWgmmaSmallTileM); }
     std::uint32_t threads() const
@@ -517,6 +520,45 @@ void add_rmsnorm_rows(LaunchPlan& plan, const FastestRequest& fastest, BufferRef
         .add_to(plan, fastest.request);
 }
 
+// NBITS_PREFILL_TAIL_SPLIT: where the sm_90 wgmma GEMM's grid (split_k 1, min_ctas CTAs an SM) ends in a
+// partial wave, the column tile from which a second launch takes the rest of the tiles with their K split over
+// clusters of 2 to 4 CTAs, and that split: the one whose rounds of split CTAs (each a 1/split of a whole CTA's
+// work) end soonest, if sooner than the partial wave itself. Nothing where the grid is one wave or less, or no
+// split pays.
+struct TailSplit {
+    std::size_t first_column_tile = 0;
+    int split = 1;
+};
+TailSplit tail_split_for(const FastestRequest& fastest, const PrefillTiles& tiles, std::size_t rows,
+                         std::size_t column_tiles)
+{
+    const PlanContext& context = fastest.request.context;
+    const std::size_t slots = static_cast<std::size_t>(tiles.min_ctas) * context.capabilities.multiprocessor_count;
+    if (context.overrides.prefill_tail_split != 1 || !tiles.wgmma || tiles.split_k != 1 ||
+        context.capabilities.compute_major < 9 || slots == 0) {
+        return {};
+    }
+    const std::size_t row_tiles = div_ceil(rows, static_cast<std::size_t>(tiles.tile_m));
+    const std::size_t ctas = column_tiles * row_tiles;
+    const std::size_t whole = ctas / slots * slots / row_tiles;  // column tiles of the whole waves
+    if (whole == 0 || whole == column_tiles) {
+        return {};
+    }
+    const std::size_t tail_ctas = (column_tiles - whole) * row_tiles;
+    const std::size_t k_tiles = div_ceil(fastest.request.config.k, static_cast<std::size_t>(tiles.tile_k));
+    // The tail's time in whole CTAs, rounds / split, compared as fractions.
+    std::size_t best_rounds = div_ceil(tail_ctas, slots);
+    std::size_t best_split = 1;
+    for (std::size_t split = 2; split <= 4 && split <= k_tiles; ++split) {
+        const std::size_t rounds = div_ceil(tail_ctas * split, slots);
+        if (rounds * best_split < best_rounds * split) {
+            best_rounds = rounds;
+            best_split = split;
+        }
+    }
+    return best_split == 1 ? TailSplit{} : TailSplit{whole, static_cast<int>(best_split)};
+}
+
 // The fused GEMM (or the paired gate/up kernel) over `rows` rows; the tiles it
 // launches with, or none when no tile configuration fits the device.
 std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestRequest& fastest, BufferRef activation,
@@ -533,57 +575,68 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
     const std::size_t y_row_bytes = config.n * element_size(fastest.operands.activation_type);
     const Specialisation spec{fastest};
     const HalfOperands& o = fastest.operands;
-    // The defines and launch geometry both entries share: a CTA takes `columns` of Y (half its weight rows for
-    // the paired node).
-    auto launch = [&](StepBuilder& step, int columns, int bias_mode) {
+    const bool paired = fastest.up != nullptr;
+    // A CTA takes `columns` of Y (half its weight rows for the paired node).
+    const int columns = paired ? tiles->tile_n / 2 : tiles->tile_n;
+    const std::uint32_t column_tiles = grid_extent(config.n, static_cast<std::size_t>(columns), kMaxGridX, "N");
+    const TailSplit tail = tail_split_for(fastest, *tiles, rows, column_tiles);
+    // One launch of `t` over `count` column tiles from `first`.
+    auto add_step = [&](const PrefillTiles& t, std::size_t first, std::size_t count) {
+        StepBuilder step(paired ? (t.tma ? "nbits_prefill_gate_up_tma" : "nbits_prefill_gate_up")
+                                : (t.tma ? "nbits_prefill_gemm_tma" : "nbits_prefill_gemm"),
+                         paired ? "nbits fused gate/up SwiGLU prefill GEMM" : "nbits fused prefill GEMM");
+        step.arg("a", activation).arg(paired ? "b_gate" : "b", o.packed);
+        if (paired) {
+            step.arg("scales_gate", o.scales)
+                .arg("zp_gate", o.zero_points)
+                .arg("b_up", fastest.up->packed)
+                .arg("scales_up", fastest.up->scales)
+                .arg("zp_up", fastest.up->zero_points)
+                .arg("y", rows_of(o.output, row, y_row_bytes))
+                .size_arg("m", rows, "M")
+                .size_arg("n", config.n, "N");
+            if (t.tma) {
+                const auto box_rows = static_cast<std::uint32_t>(t.tile_n / 2);
+                step.arg("act_map", activation_map(fastest, activation, rows, t))
+                    .arg("gate_map", weight_map(fastest, o.packed, t, box_rows))
+                    .arg("up_map", weight_map(fastest, fastest.up->packed, t, box_rows));
+            }
+        } else {
+            const std::size_t bias_row_bytes = fastest.bias_row_stride * element_size(o.activation_type);
+            step.arg("scales", o.scales)
+                .arg("zero_points", o.zero_points)
+                .arg("bias", o.has_bias() ? rows_of(o.bias, row, bias_row_bytes) : BufferRef::null())
+                .arg("y", rows_of(o.output, row, y_row_bytes))
+                .size_arg("m", rows, "M")
+                .size_arg("n", config.n, "N")
+                .size_arg("bias_row_stride", fastest.bias_row_stride, "bias row stride");
+            if (t.tma) {
+                step.arg("act_map", activation_map(fastest, activation, rows, t))
+                    .arg("b_map", weight_map(fastest, o.packed, t, static_cast<std::uint32_t>(t.tile_n)));
+            }
+        }
         spec.common(step);
-        tile_defines(step, *tiles);
-        step.define("NBITS_BIAS_MODE", bias_mode)
-            .grid(grid_extent(config.n, static_cast<std::size_t>(columns), kMaxGridX, "N"),
-                  grid_extent(rows, static_cast<std::size_t>(tiles->tile_m), kMaxGridYZ, "M"),
-                  static_cast<std::uint32_t>(tiles->split_k))
-            .block(tiles->threads())
+        tile_defines(step, t);
+        step.define("NBITS_BIAS_MODE", paired ? 0 : spec.bias_mode());
+        if (first > 0) {
+            step.define("NBITS_FIRST_COLUMN_TILE", static_cast<std::int64_t>(first));
+        }
+        step.grid(static_cast<std::uint32_t>(count),
+                  grid_extent(rows, static_cast<std::size_t>(t.tile_m), kMaxGridYZ, "M"),
+                  static_cast<std::uint32_t>(t.split_k))
+            .block(t.threads())
             .shared_memory(static_cast<std::uint32_t>(shared_bytes), true)
             .add_to(plan, fastest.request);
     };
-    if (fastest.up != nullptr) {
-        StepBuilder step(tiles->tma ? "nbits_prefill_gate_up_tma" : "nbits_prefill_gate_up",
-                         "nbits fused gate/up SwiGLU prefill GEMM");
-        step.arg("a", activation)
-            .arg("b_gate", o.packed)
-            .arg("scales_gate", o.scales)
-            .arg("zp_gate", o.zero_points)
-            .arg("b_up", fastest.up->packed)
-            .arg("scales_up", fastest.up->scales)
-            .arg("zp_up", fastest.up->zero_points)
-            .arg("y", rows_of(o.output, row, y_row_bytes))
-            .size_arg("m", rows, "M")
-            .size_arg("n", config.n, "N");
-        if (tiles->tma) {
-            const auto box_rows = static_cast<std::uint32_t>(tiles->tile_n / 2);
-            step.arg("act_map", activation_map(fastest, activation, rows, *tiles))
-                .arg("gate_map", weight_map(fastest, o.packed, *tiles, box_rows))
-                .arg("up_map", weight_map(fastest, fastest.up->packed, *tiles, box_rows));
-        }
-        launch(step, tiles->tile_n / 2, 0);
+    if (tail.split == 1) {
+        add_step(*tiles, 0, column_tiles);
         return tiles;
     }
-    const std::size_t bias_row_bytes = fastest.bias_row_stride * element_size(o.activation_type);
-    StepBuilder step(tiles->tma ? "nbits_prefill_gemm_tma" : "nbits_prefill_gemm", "nbits fused prefill GEMM");
-    step.arg("a", activation)
-        .arg("b", o.packed)
-        .arg("scales", o.scales)
-        .arg("zero_points", o.zero_points)
-        .arg("bias", o.has_bias() ? rows_of(o.bias, row, bias_row_bytes) : BufferRef::null())
-        .arg("y", rows_of(o.output, row, y_row_bytes))
-        .size_arg("m", rows, "M")
-        .size_arg("n", config.n, "N")
-        .size_arg("bias_row_stride", fastest.bias_row_stride, "bias row stride");
-    if (tiles->tma) {
-        step.arg("act_map", activation_map(fastest, activation, rows, *tiles))
-            .arg("b_map", weight_map(fastest, o.packed, *tiles, static_cast<std::uint32_t>(tiles->tile_n)));
-    }
-    launch(step, tiles->tile_n, spec.bias_mode());
+    // The whole waves, then the rest split.
+    add_step(*tiles, 0, tail.first_column_tile);
+    tiles->split_k = tail.split;
+    tiles->split_from_column_tile = tail.first_column_tile;
+    add_step(*tiles, tail.first_column_tile, column_tiles - tail.first_column_tile);
     return tiles;
 }
 
@@ -872,6 +925,7 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
         workspace = add_scratch(candidate, fastest.request, kGemmWorkspaceBytes, "the cuBLASLt workspace");
     }
     int split_k = 1;  // the most CTAs a fused pass's clusters split K over
+    bool split_tail = false;  // only the column tiles past the whole waves (NBITS_PREFILL_TAIL_SPLIT)
     for (std::size_t row = 0; row < m; row += rows_per_pass) {
         const std::size_t rows = std::min(rows_per_pass, m - row);
         BufferRef activation = rows_of(fastest.operands.activation, row, a_row_bytes);
@@ -885,6 +939,7 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
                 return false;
             }
             split_k = std::max(split_k, tiles->split_k);
+            split_tail = split_tail || tiles->split_from_column_tile > 0;
         } else {
             add_dequantized_gemms(candidate, fastest, activation, row, rows, weights, projections, chunk_columns,
                                   workspace);
@@ -895,14 +950,18 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
                 wgmma   ? "nbits_prefill_wgmma"
                 : fused ? "nbits_prefill_fused"
                         : "nbits_prefill_dequantize_cublaslt",
-                [m, kind, fused, wgmma, normalized, chunk_columns, rows_per_pass, split_k] {
+                [m, kind, fused, wgmma, normalized, chunk_columns, rows_per_pass, split_k, split_tail] {
                     if (fused) {
                         return fmt::format("M={} {} prefill{}: fused dequantising tensor-core GEMM ({}{}) over "
                                            "ONNX Runtime's layout, specialised on K, bits, block size and zero points",
                                            m, kind, normalized ? " with an RMS-norm pass over rows into scratch" : "",
                                            wgmma ? "sm_90a warpgroup MMA" : "mma.sync",
-                                           split_k > 1 ? fmt::format(", K split over clusters of {} CTAs", split_k)
-                                                       : std::string());
+                                           split_k == 1 ? std::string()
+                                           : split_tail
+                                               ? fmt::format(", and in a second launch the column tiles past its "
+                                                             "whole waves with K split over clusters of {} CTAs",
+                                                             split_k)
+                                               : fmt::format(", K split over clusters of {} CTAs", split_k));
                     }
                     return fmt::format("M={} {} prefill{}: weights dequantised in chunks of {} columns into scratch, "
                                        "each multiplied by cuBLASLt (rows per pass {})",

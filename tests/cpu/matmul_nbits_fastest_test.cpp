@@ -615,6 +615,76 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_M: 128 or 256 
     CHECK(test::kernel_step(paired, 0).config.grid == Dim3{224, 4, 1});
 }
 
+TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TAIL_SPLIT: the whole waves of tiles, then the rest with K split")
+{
+    auto tail = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::prefill_tail_split, 1); };
+    // Column tiles of each fused GEMM launch, its split and its first column tile.
+    struct Launch {
+        std::uint32_t column_tiles;
+        std::uint32_t split;
+        std::string first;  // NBITS_FIRST_COLUMN_TILE's define, "" when absent
+    };
+    auto launches = [](const LaunchPlan& plan) {
+        std::vector<Launch> found;
+        for (const PlanStep& step : plan.steps) {
+            const auto* kernel = std::get_if<KernelStep>(&step);
+            if (kernel == nullptr || kernel->entry.rfind("nbits_prefill_g", 0) != 0) {
+                continue;
+            }
+            std::string first;
+            for (const std::string& define : kernel->defines) {
+                if (define.rfind("NBITS_FIRST_COLUMN_TILE=", 0) == 0) {
+                    first = define;
+                }
+            }
+            found.push_back({kernel->config.grid.x, kernel->config.grid.z, first});
+        }
+        return found;
+    };
+    // Llama-3-8B up at M = 512: 112 column tiles of 4 token tiles on 264 CTA slots; 66 fill one wave, the other
+    // 46 (184 CTAs) end soonest split 4 (736 CTAs, three rounds of a quarter).
+    const LaunchPlan up = tail(fastest(node(4096, 14336), rows(512))).plan();
+    CHECK(up.variant == "nbits_prefill_wgmma");
+    CHECK(up.reason().find("second launch") != std::string::npos);
+    const std::vector<Launch> up_launches = launches(up);
+    REQUIRE(up_launches.size() == 2);
+    CHECK((up_launches[0].column_tiles == 66 && up_launches[0].split == 1 && up_launches[0].first.empty()));
+    CHECK((up_launches[1].column_tiles == 46 && up_launches[1].split == 4));
+    CHECK(up_launches[1].first == "NBITS_FIRST_COLUMN_TILE=66");
+    CHECK(defines(test::kernel_step(up, 1), "NBITS_SPLIT_K=4"));
+    // Qwen2.5-7B up: 148 column tiles, two whole waves (132), 16 left (64 CTAs: one round split 4).
+    const std::vector<Launch> qwen = launches(tail(fastest(node(3584, 18944), rows(512))).plan());
+    REQUIRE(qwen.size() == 2);
+    CHECK((qwen[0].column_tiles == 132 && qwen[1].column_tiles == 16 && qwen[1].split == 4));
+    // Llama-3-70B up: 224 column tiles, three whole waves (198), 26 left (104 CTAs): split 2 takes one round of
+    // halves, as short as 4's two rounds of quarters; the smaller split wins the tie.
+    const std::vector<Launch> big = launches(tail(fastest(node(8192, 28672), rows(512))).plan());
+    REQUIRE(big.size() == 2);
+    CHECK((big[0].column_tiles == 198 && big[1].column_tiles == 26 && big[1].split == 2));
+    // 256-token tiles, one CTA an SM: 66 column tiles of 2 fill 132 slots; with TMA both launches take the maps.
+    const LaunchPlan tall =
+        with_override(with_override(tail(fastest(node(4096, 14336), rows(512))), &PlanOverrides::prefill_wgmma_tile_m,
+                                    256),
+                      &PlanOverrides::prefill_tma, 1)
+            .plan();
+    const std::vector<Launch> tall_launches = launches(tall);
+    REQUIRE(tall_launches.size() == 2);
+    CHECK((tall_launches[0].column_tiles == 66 && tall_launches[1].column_tiles == 46));
+    CHECK(test::kernel_step(tall, 0).entry == "nbits_prefill_gemm_tma");
+    CHECK(test::kernel_step(tall, 1).entry == "nbits_prefill_gemm_tma");
+    CHECK(test::kernel_step(tall, 0).args == test::kernel_step(tall, 1).args);
+    // One launch: the paired node at M = 1024 (1792 CTAs: its last wave 208 of 264, no split ends it sooner), a
+    // grid of less than one wave (M = 200), the override unset, a GPU without clusters.
+    CHECK(launches(tail(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(1024))).plan()).size() == 1);
+    CHECK(launches(tail(fastest(node(4096, 14336), rows(200))).plan()).size() == 1);
+    CHECK(launches(fastest(node(4096, 14336), rows(512)).plan()).size() == 1);
+    for (const auto& planned : tail(fastest(node(4096, 14336), rows(512), Capabilities::a100())).plan().steps) {
+        if (const auto* kernel = std::get_if<KernelStep>(&planned)) {
+            CHECK(!sets(*kernel, "NBITS_FIRST_COLUMN_TILE"));
+        }
+    }
+}
+
 TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TMA: the copies' issuers and tensor maps of A and the weights")
 {
     auto tma = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::prefill_tma, 1); };

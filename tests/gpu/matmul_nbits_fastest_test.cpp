@@ -182,6 +182,7 @@ struct Outcome {
     std::string variant;
     std::uint32_t split_k = 1;  // the most CTAs of a kernel's cluster along z (grid.z)
     bool tma = false;           // a kernel took its tiles by the tensor memory accelerator (an entry *_tma)
+    std::size_t gemm_launches = 0;  // launches of the fused prefill GEMM (nbits_prefill_gemm*, *_gate_up*)
 };
 
 // One case's node: attributes, host inputs and the float64 expectation.
@@ -335,6 +336,7 @@ Outcome run_node(const FastestNode& node)
             result.split_k = std::max(result.split_k, kernel->config.grid.z);
             const std::string& entry = kernel->entry;
             result.tma = result.tma || (entry.size() > 4 && entry.compare(entry.size() - 4, 4, "_tma") == 0);
+            result.gemm_launches += entry.rfind("nbits_prefill_g", 0) == 0 ? 1 : 0;
         }
     }
     return result;
@@ -672,6 +674,43 @@ TEST_CASE("the sm_90 wgmma GEMM fed by the tensor memory accelerator (NBITS_PREF
     check_wgmma_nodes(short_tile_cases(), 0x7a640000ull, true);
 }
 
+TEST_CASE("the wgmma GEMM with its last partial wave's K split in a second launch (NBITS_PREFILL_TAIL_SPLIT) meets "
+          "the float64 oracle")
+{
+    if (!runs_wgmma()) {
+        return;
+    }
+    const ScopedEnv tail(ops::kPrefillTailSplitEnv, std::string("1"));
+    // 150 column tiles of two token tiles: 132 column tiles fill the H200's 264 CTA slots, the other 18 (36 CTAs)
+    // go to the second launch, split over clusters of up to 4.
+    std::vector<FastestCase> nodes = at_rows(wide_prefill_cases(), {130, 200, 140, 256});
+    for (FastestCase& c : nodes) {
+        c.n = c.gate_up ? 9600 : 19200;
+    }
+    std::uint64_t seed = 0x7a11000000000000ull;
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+        const FastestCase& c = nodes[i];
+        CAPTURE(c.describe());
+        for (const bool tma : {false, true}) {
+            if (tma && i % 2 == 1) {
+                continue;  // the tensor memory accelerator on every other feature
+            }
+            CAPTURE(tma);
+            const ScopedEnv tensor_copies(ops::kPrefillTmaEnv, tma ? std::optional<std::string>("1") : std::nullopt);
+            const std::optional<Outcome> ran = run_or_fail(c, seed++);
+            if (!ran) {
+                continue;
+            }
+            CAPTURE(ran->variant);
+            CAPTURE(ran->error.describe());
+            CHECK(ran->variant == "nbits_prefill_wgmma");
+            CHECK(ran->gemm_launches == 2);
+            CHECK(ran->split_k > 1);
+            check_oracle_bounds(c, *ran);
+        }
+    }
+}
+
 TEST_CASE("the TMA-fed wgmma GEMM (NBITS_PREFILL_TMA) replays from a CUDA graph with the bytes of an eager run")
 {
     if (!runs_wgmma()) {
@@ -960,8 +999,9 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
     add(DataType::BFloat16, 32, 4, 32, false, Bias::Folded, false, false);
     set.back().n = 27100;
     set.back().k = 264;
-    // The wgmma GEMM fed by the tensor memory accelerator (NBITS_PREFILL_TMA=1): 128-token tiles with a producer
-    // warp, 256-token paired tiles with a warpgroup of producers, 64-token tiles split over a cluster of 2.
+    // The wgmma GEMM fed by the tensor memory accelerator (NBITS_PREFILL_TMA=1): 128-token tiles whose thread 0
+    // issues the copies, 256-token paired tiles with a warpgroup of producers, 64-token tiles (a producer warp)
+    // split over a cluster of 2.
     const std::size_t first_tma_node = set.size();
     add(DataType::Float16, 130, 4, 32, true, Bias::Plain, false, false);
     set.back().n = 6500;
