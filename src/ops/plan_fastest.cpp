@@ -585,34 +585,34 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
         StepBuilder step(paired ? (t.tma ? "nbits_prefill_gate_up_tma" : "nbits_prefill_gate_up")
                                 : (t.tma ? "nbits_prefill_gemm_tma" : "nbits_prefill_gemm"),
                          paired ? "nbits fused gate/up SwiGLU prefill GEMM" : "nbits fused prefill GEMM");
-        step.arg("a", activation).arg(paired ? "b_gate" : "b", o.packed);
+        step.arg("a", activation)
+            .arg("y", rows_of(o.output, row, y_row_bytes))
+            .size_arg("m", rows, "M")
+            .size_arg("n", config.n, "N");
         if (paired) {
-            step.arg("scales_gate", o.scales)
+            step.arg("b_gate", o.packed)
+                .arg("scales_gate", o.scales)
                 .arg("zp_gate", o.zero_points)
                 .arg("b_up", fastest.up->packed)
                 .arg("scales_up", fastest.up->scales)
-                .arg("zp_up", fastest.up->zero_points)
-                .arg("y", rows_of(o.output, row, y_row_bytes))
-                .size_arg("m", rows, "M")
-                .size_arg("n", config.n, "N");
-            if (t.tma) {
-                const auto box_rows = static_cast<std::uint32_t>(t.tile_n / 2);
-                step.arg("act_map", activation_map(fastest, activation, rows, t))
-                    .arg("gate_map", weight_map(fastest, o.packed, t, box_rows))
-                    .arg("up_map", weight_map(fastest, fastest.up->packed, t, box_rows));
-            }
+                .arg("zp_up", fastest.up->zero_points);
         } else {
             const std::size_t bias_row_bytes = fastest.bias_row_stride * element_size(o.activation_type);
-            step.arg("scales", o.scales)
+            step.arg("b", o.packed)
+                .arg("scales", o.scales)
                 .arg("zero_points", o.zero_points)
                 .arg("bias", o.has_bias() ? rows_of(o.bias, row, bias_row_bytes) : BufferRef::null())
-                .arg("y", rows_of(o.output, row, y_row_bytes))
-                .size_arg("m", rows, "M")
-                .size_arg("n", config.n, "N")
                 .size_arg("bias_row_stride", fastest.bias_row_stride, "bias row stride");
-            if (t.tma) {
-                step.arg("act_map", activation_map(fastest, activation, rows, t))
-                    .arg("b_map", weight_map(fastest, o.packed, t, static_cast<std::uint32_t>(t.tile_n)));
+        }
+        if (t.tma) {
+            // A weight set's box: the rows of its columns of Y.
+            const auto box_rows = static_cast<std::uint32_t>(columns);
+            step.arg("act_map", activation_map(fastest, activation, rows, t));
+            if (paired) {
+                step.arg("gate_map", weight_map(fastest, o.packed, t, box_rows))
+                    .arg("up_map", weight_map(fastest, fastest.up->packed, t, box_rows));
+            } else {
+                step.arg("b_map", weight_map(fastest, o.packed, t, box_rows));
             }
         }
         spec.common(step);
