@@ -78,8 +78,6 @@ std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b)
     return b > std::numeric_limits<std::uint64_t>::max() - a ? std::numeric_limits<std::uint64_t>::max() : a + b;
 }
 
-std::size_t div_ceil(std::size_t value, std::size_t divisor) { return (value + divisor - 1) / divisor; }
-
 std::size_t wave_target(std::uint32_t multiprocessor_count, std::size_t ctas_per_sm)
 {
     return static_cast<std::size_t>(std::max<std::uint32_t>(multiprocessor_count, 1)) * ctas_per_sm;

@@ -93,6 +93,8 @@ private:
     void bind(std::string_view parameter, KernelArg value, int kind);
 };
 
+inline std::size_t div_ceil(std::size_t value, std::size_t divisor) { return (value + divisor - 1) / divisor; }
+
 // ceil(value / divisor) as a grid extent; Error(Unsupported) naming `what`
 // beyond `limit` (65535 for grid.y and grid.z, 2^31-1 for grid.x).
 std::uint32_t grid_extent(std::size_t value, std::size_t divisor, std::uint32_t limit, std::string_view what);

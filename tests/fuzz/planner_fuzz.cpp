@@ -50,7 +50,7 @@ __extension__ typedef unsigned __int128 u128;
 
 constexpr const char* kMessagePrefix = "cuda_ep MatMulNBits: ";
 constexpr const char* kMadeUpDevice = "made-up device";
-constexpr std::size_t kFastestScratchBudget = std::size_t{64} << 20;  // plan_fastest.cpp's kWorkspaceBudget
+constexpr std::size_t kFastestScratchBudget = std::size_t{64} << 20;  // plan_fastest_prefill.cpp's kWorkspaceBudget
 
 // The fuzz input as a stream of choices; past its end every choice is 0.
 class Choices {

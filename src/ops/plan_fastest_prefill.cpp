@@ -1,0 +1,914 @@
+// KernelPolicy::Fastest for M > 1 (half-precision activations): the fused
+// dequantising tensor-core GEMM of matmul_prefill.cu (mma.sync, and on sm_90
+// warpgroup MMA with compute_90a), or past its M range the weights
+// dequantised in chunks of columns into scratch, each multiplied by cuBLASLt.
+// On sm_90 the fused GEMMs split K over thread block clusters where the H200
+// measured it faster (measured_split_k); NBITS_PREFILL_SPLIT_K overrides the
+// split, NBITS_PREFILL_WGMMA_MIN_M the smallest M of the wgmma GEMM, and
+// NBITS_PREFILL_WGMMA_TILE_N=256 (256 weight rows a CTA, measured slower, so
+// not a default) its width, NBITS_PREFILL_WGMMA_TILE_M (128 or 256 tokens a
+// tile, any M past 64) its height. The RMS-norm prologue normalises chunks of
+// rows into scratch first. Scratch never exceeds kWorkspaceBudget, whatever
+// the shape.
+
+#include "ops/plan_fastest.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+
+namespace nbits::ops::detail {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+// The most scratch a Fastest run takes: chunks are sized to fit.
+constexpr std::size_t kWorkspaceBudget = 64 * kMiB;
+// The algorithms cuBLASLt picks for the dequantised chunks ask for at most 4 bytes of workspace on the H200, bar
+// split-K ones for chunks too narrow to fill the SMs (5-7 MB), which the wave-aligned widths avoid; the rest of
+// the budget widens the chunks.
+constexpr std::size_t kGemmWorkspaceBytes = 4 * kMiB;
+constexpr std::size_t kNormalizedBudget = 8 * kMiB;
+// The paired node's gate and up projections of a chunk, in fp32 (8 bytes a row and column) so that its SwiGLU pass
+// rounds once. At M = 2048 it holds 2048 columns, whose cuBLASLt GEMMs fill one wave of the H200's SMs.
+constexpr std::size_t kSwigluBudget = 32 * kMiB;
+constexpr std::size_t kSwigluBytes = 2 * sizeof(float);
+
+// Bytes of one fp32 projection of `rows` x `columns`, a whole number of 256 bytes: the up projection follows the
+// gate's at the alignment cuBLASLt's heuristic assumes of every matrix.
+std::size_t projection_bytes(std::size_t rows, std::size_t columns)
+{
+    return (rows * columns * sizeof(float) + 255) / 256 * 256;
+}
+
+// Columns of a dequantised weight chunk are a multiple of this (cuBLASLt tiles).
+constexpr std::size_t kChunkColumns = 64;
+constexpr std::size_t kFusedMaxM = 128;
+// The most launches one prefill plan holds. Realistic prompts stay far below
+// (a 70B gate/up node with its RMS-norm, M = 32768, takes about 6,000); a
+// node beyond it would spend more host time and memory on the plan than the
+// launches are worth, so the original's path (a few launches) takes it.
+constexpr std::size_t kMaxPrefillSteps = std::size_t{1} << 16;
+constexpr std::uint32_t kElementwiseThreads = 256;
+constexpr std::size_t kElementwiseUnit = 8;  // elements of a row each thread of an epilogue takes at a time
+constexpr std::uint32_t kDequantizeThreads = 256;
+constexpr std::uint32_t kDequantizeUnits = 4;
+constexpr std::uint32_t kNormThreads = 256;
+
+constexpr int kGammaSlot = 6;
+
+// Tokens a tile of the wgmma GEMM takes up to M = 64 (m64n64k16).
+constexpr std::size_t kWgmmaSmallTileM = 64;
+
+// A tile configuration of the fused prefill GEMM (matmul_prefill.cu).
+struct PrefillTiles {
+    int tile_n, tile_m, tile_k, warps_n, warps_m, warps_k, stages, min_ctas;
+    bool wgmma = false;  // NBITS_WGMMA: sm_90a warpgroup MMA main loop
+    int split_k = 1;     // NBITS_SPLIT_K: CTAs of a cluster sharing one output tile's K
+    int producer_warps = 0;  // NBITS_PRODUCER_WARPS: wgmma only, warps that only copy
+    bool tma = false;        // NBITS_TMA: the producers' copies by the tensor memory accelerator
+    // With split_k > 1: the column tile from which K is split (a second launch after the whole waves of
+    // unsplit tiles, NBITS_PREFILL_TAIL_SPLIT); 0: every tile's K is split.
+    std::size_t split_from_column_tile = 0;
+    // The wgmma GEMM's 64-token tiles (M <= 64), which take producer warps and split K from fewer weights.
+    bool small_wgmma_tiles() const { return wgmma && tile_m == static_cast<int>(kWgmmaSmallTileM); }
+    std::uint32_t threads() const
+    {
+        return static_cast<std::uint32_t>(32 * (warps_n * warps_m * warps_k + producer_warps));
+    }
+};
+
+// The wgmma configuration: two warpgroups of 64 weight rows, 128 tokens, two
+// CTAs an SM (the register cap of 128 that allows: at 129 and more one CTA
+// ran, 8B gate/up M = 128 117 against 89 us). Five stages keep three k tiles
+// of copies in flight, as the last wgmma of a tile still reads its stage
+// while the next tile is computed (fewer where two CTAs would not fit).
+constexpr PrefillTiles kWgmmaTiles{128, 128, 64, 8, 1, 1, 5, 2, true};
+// NBITS_PREFILL_WGMMA_TILE_N=256: four warpgroups over 256 weight rows, one
+// CTA an SM; each activation stage (read from L2 once per column tile) feeds
+// twice the rows.
+constexpr PrefillTiles kWgmmaWideTiles{256, 128, 64, 16, 1, 1, 4, 1, true};
+// 256 tokens of 128 weight rows: two m64n128k16 a warpgroup and k16 step, so
+// each dequantised A fragment feeds twice the tokens; 128 accumulators a
+// thread (190 registers) leave one CTA an SM.
+constexpr PrefillTiles kWgmmaTallTiles{128, 256, 64, 8, 1, 1, 5, 1, true};
+constexpr std::size_t kWgmmaMinM = 33;
+constexpr std::size_t kWgmmaMaxM = 256;
+// Past kWgmmaMaxM the wgmma GEMM (128-token tiles) still beats dequantise + cuBLASLt up to this M where its grid
+// covers every CTA slot (see wgmma_prefill); the paired gate/up node, whose dequantised route takes two GEMMs and
+// a SwiGLU pass per chunk, up to the second, and past it while M x K stays below the third (see wgmma_max_m).
+constexpr std::size_t kWgmmaFullGridMaxM = 512;
+constexpr std::size_t kWgmmaPairedFullGridMaxM = 1024;
+constexpr std::size_t kWgmmaPairedMaxMK = std::size_t{1} << 23;
+// Producer warps of the 64-token wgmma tiles (NBITS_PRODUCER_WARPS): the H200, fp16 int4 block 32, against every
+// warp copying and computing (same call): Llama-3-8B up M = 40 36.59 -> 35.23 us, M = 64 37.36 -> 36.29,
+// Llama-3-70B up M = 40 122.51 -> 114.02, M = 64 123.46 -> 115.12; Qwen2.5-7B up (53.18 -> 53.36 at M = 64),
+// Llama-3-8B qkv and down within 1%. 2 producer warps (an earlier call): 36.34, 117.81, 53.74 at M = 64.
+constexpr int kWgmmaProducerWarps = 4;
+// Weights (K x N) from which the split wgmma GEMM beats dequantise + cuBLASLt
+// (128-token tiles) and the mma.sync GEMM (64-token tiles) on the H200 (see
+// measured_split_k): just below the smallest node measured to gain, Qwen2.5-7B
+// o (12.8 M); Phi-3.5-mini o (9.4 M) lost.
+constexpr std::size_t kSplitWgmmaMinWeights = 12000000;
+
+// Tiles of 128 weight rows for M = 12..32 (kWideTilesMinM..kWideTilesMaxM): each stage of 16 or 32 tokens feeds
+// twice the rows of the presets' 64, K split over two warps.
+constexpr PrefillTiles kWideSmallTiles{128, 16, 128, 4, 1, 2, 4, 2};
+constexpr std::size_t kWideTilesMinM = 12;
+constexpr std::size_t kWideTilesMaxM = 32;
+
+}  // namespace
+
+// Whether the fused GEMM on kWideSmallTiles beats the decode kernel (M = 12..16) and the preset's 64-row tiles
+// (M = 17..32): int4, symmetric, one weight set, no RMS-norm prologue, on sm_90, where the grid of 128-row
+// tiles (two CTAs an SM) either fills at least four fifths of one round or spans three rounds and more. Measured
+// on the H200 (fp16 int4 block 32, `nbits-bench --sweep decode --shape ...`, plan -> these tiles, same call, us):
+// lm_head 3584 x 152064 (4.5 rounds) M = 12 136.48 -> 123.39, M = 16 145.98 -> 124.97, M = 32 168.37 -> 149.75;
+// 4096 x 128256 (3.8) M = 16 136.48 -> 123.89, M = 32 170.80 -> 154.48 (bf16 M = 16 141.25 -> 125.77); 8192 x
+// 128256 M = 16 267.97 -> 248.91, M = 32 332.12 -> 299.65; 896 x 151936 M = 16 39.86 -> 33.52, M = 32 57.75 ->
+// 44.84; 3072 x 32064 (0.95) M = 16 29.16 -> 26.15, M = 32 35.45 -> 32.05; 4096 x 28672 (0.85) M = 16 37.23 ->
+// 34.59, M = 32 45.91 -> 42.19. Slower where the last round is partial: 8192 x 57344 (1.7 rounds) M = 16 122.43 ->
+// 126.10, M = 32 149.45 -> 154.69; 3584 x 37888 (1.12) M = 12 39.49 -> 41.84, M = 32 50.89 -> 54.41; and on every
+// node of fewer columns (Llama-3-8B down M = 16 19.81 -> 38.40, qkv 9.77 -> 15.00), at M = 9 (lm_head 118.38 ->
+// 121.55) and with zero points (lm_head M = 12 143.33 -> 148.33, M = 16 149.93 -> 149.51).
+bool wide_small_tiles_pay(const FastestRequest& fastest)
+{
+    const Capabilities& device = fastest.request.context.capabilities;
+    const MatMulNBitsConfig& config = fastest.request.config;
+    const DataType act = fastest.operands.activation_type;
+    if (device.compute_major != 9 || device.compute_minor != 0 || device.multiprocessor_count == 0 ||
+        fastest.up != nullptr || fastest.gamma != nullptr || fastest.operands.has_zero_points() ||
+        config.bits != 4 || (act != DataType::Float16 && act != DataType::BFloat16) ||
+        fastest.m < kWideTilesMinM || fastest.m > kWideTilesMaxM) {
+        return false;
+    }
+    const std::size_t slots = 2 * std::size_t{device.multiprocessor_count};
+    const std::size_t tiles = div_ceil(config.n, static_cast<std::size_t>(kWideSmallTiles.tile_n));
+    return tiles >= 3 * slots || (5 * tiles >= 4 * slots && tiles <= slots);
+}
+
+namespace {
+
+// The presets that measured fastest on an H200 by M (the harness of
+// matmul_prefill.cu), before the constraints of the node and the device.
+PrefillTiles preset_for(const FastestRequest& fastest, std::size_t m)
+{
+    const std::size_t k = fastest.request.config.k;
+    if (wide_small_tiles_pay(fastest)) {
+        PrefillTiles tiles = kWideSmallTiles;
+        tiles.tile_m = m <= 16 ? 16 : 32;
+        return tiles;
+    }
+    if (m <= 16) {
+        return {64, 16, 256, 4, 1, 2, 4, 1};
+    }
+    if (m <= 32) {
+        return {64, 32, 256, 4, 1, 2, 4, 1};
+    }
+    if (m <= 64) {
+        return k >= 4096 ? PrefillTiles{128, 64, 128, 4, 1, 2, 4, 1} : PrefillTiles{64, 32, 128, 4, 1, 1, 4, 1};
+    }
+    return {128, 128, 64, 4, 2, 1, 4, 2};
+}
+
+// The dynamic shared memory of a fused prefill CTA, as matmul_prefill.cu
+// computes it (kSmemBytes).
+std::size_t prefill_shared_bytes(const PrefillTiles& t, const MatMulNBitsConfig& config, std::size_t scale_bytes,
+                                 bool zero_points)
+{
+    const std::size_t tile_k = static_cast<std::size_t>(t.tile_k);
+    const std::size_t blocks_per_stage = tile_k >= config.block_size ? tile_k / config.block_size : 1;
+    const std::size_t scale_words = ((scale_bytes >= 4 ? 0 : 4 - scale_bytes) + blocks_per_stage * scale_bytes - 1) / 4 + 1;
+    const std::size_t zp_bytes =
+        config.bits == 4 ? (blocks_per_stage == 1 ? 1 : blocks_per_stage / 2 + 1) : blocks_per_stage;
+    const std::size_t zp_words = (zp_bytes + 2) / 4 + 1;
+    const std::size_t raw = static_cast<std::size_t>(t.tile_n) * tile_k * config.bits / 8 +
+                            static_cast<std::size_t>(t.tile_m) * tile_k * 2 +
+                            static_cast<std::size_t>(t.tile_n) * 4 * (scale_words + (zero_points ? zp_words : 0));
+    // wgmma stages start on 1024-byte swizzle atoms, and the kernel aligns its
+    // dynamic shared memory up to one.
+    const std::size_t align = t.wgmma ? 1024 : 16;
+    const std::size_t stage = (raw + align - 1) / align * align;
+    const std::size_t reduction = static_cast<std::size_t>(t.warps_k) * t.tile_m * (t.tile_n + 4) * 4;
+    // Producer warps (or the tensor memory accelerator) hand the stages over through a full and an empty mbarrier
+    // each.
+    const std::size_t barriers = t.producer_warps > 0 || t.tma ? 16 * static_cast<std::size_t>(t.stages) : 0;
+    return std::max(static_cast<std::size_t>(t.stages) * stage, reduction) + barriers + (t.wgmma ? 1024 : 0);
+}
+
+// The preset adapted to the node and the device: a thread's k range must lie
+// in one quantization block, and the stages must fit the opt-in shared memory.
+std::optional<PrefillTiles> fit_tiles(PrefillTiles t, const FastestRequest& fastest, std::size_t& shared_bytes)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    while (8 * (t.tile_k / t.warps_k / 32) > static_cast<int>(config.block_size)) {
+        if (t.tile_k > 64) {
+            t.tile_k /= 2;
+        } else if (t.warps_k > 1) {
+            t.warps_k /= 2;
+        } else {
+            return std::nullopt;
+        }
+    }
+    const std::size_t scale_bytes = element_size(fastest.operands.scale_type);
+    const Capabilities& device = fastest.request.context.capabilities;
+    for (; t.stages >= (t.wgmma ? 3 : 2); --t.stages) {
+        shared_bytes = prefill_shared_bytes(t, config, scale_bytes, fastest.operands.has_zero_points());
+        // The wgmma tiles must also keep MIN_CTAS of them resident on an SM: a fifth stage that left one CTA an
+        // SM would cost more than it hides.
+        const bool resident = !t.wgmma || resident_on_sm(device, static_cast<std::size_t>(t.min_ctas), shared_bytes);
+        if (shared_bytes <= device.max_shared_memory_per_block_optin && resident) {
+            return t;
+        }
+    }
+    return std::nullopt;
+}
+
+void tile_defines(StepBuilder& step, const PrefillTiles& t)
+{
+    step.define("NBITS_TILE_N", t.tile_n)
+        .define("NBITS_TILE_M", t.tile_m)
+        .define("NBITS_TILE_K", t.tile_k)
+        .define("NBITS_WARPS_N", t.warps_n)
+        .define("NBITS_WARPS_M", t.warps_m)
+        .define("NBITS_WARPS_K", t.warps_k)
+        .define("NBITS_STAGES", t.stages)
+        .define("NBITS_MIN_CTAS", t.min_ctas)
+        .define("NBITS_WGMMA", t.wgmma ? 1 : 0)
+        .arch_specific(t.wgmma);
+    if (t.split_k > 1) {
+        step.define("NBITS_SPLIT_K", t.split_k);
+    }
+    if (t.producer_warps > 0) {
+        step.define("NBITS_PRODUCER_WARPS", t.producer_warps);
+    }
+    if (t.tma) {
+        step.define("NBITS_TMA", 1);
+    }
+}
+
+// Tensor maps of the TMA-fed wgmma GEMM (NBITS_TMA): rows [row, row + rows)
+// of A in boxes of a k tile by the tile's tokens, 128B-swizzled as wgmma
+// reads them, and a weight set's rows in boxes of a k tile's bytes by
+// `box_rows` rows.
+TensorMapArg activation_map(const FastestRequest& fastest, BufferRef activation, std::size_t rows,
+                            const PrefillTiles& tiles)
+{
+    const std::size_t k = fastest.request.config.k;
+    TensorMapArg map;
+    map.base = activation;
+    map.element = fastest.operands.activation_type == DataType::BFloat16 ? TensorMapArg::Element::BFloat16
+                                                                           : TensorMapArg::Element::Float16;
+    map.width = k;
+    map.rows = rows;
+    map.row_bytes = k * 2;
+    map.box_width = static_cast<std::uint32_t>(tiles.tile_k);
+    map.box_rows = static_cast<std::uint32_t>(tiles.tile_m);
+    map.swizzle_128b = true;
+    return map;
+}
+
+TensorMapArg weight_map(const FastestRequest& fastest, BufferRef packed, const PrefillTiles& tiles,
+                        std::uint32_t box_rows)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    TensorMapArg map;
+    map.base = packed;
+    map.width = config.k_blocks() * config.blob_size();
+    map.rows = config.n;
+    map.row_bytes = map.width;
+    map.box_width = static_cast<std::uint32_t>(static_cast<std::size_t>(tiles.tile_k) * config.bits / 8);
+    map.box_rows = box_rows;
+    return map;
+}
+
+// Output tiles of a fused GEMM grid with `tiles` over the node's M rows:
+// column tiles (half as many columns a CTA for the paired node) x row tiles.
+std::size_t prefill_output_tiles(const FastestRequest& fastest, const PrefillTiles& tiles)
+{
+    const std::size_t columns_per_cta = static_cast<std::size_t>(fastest.up != nullptr ? tiles.tile_n / 2 : tiles.tile_n);
+    return div_ceil(fastest.request.config.n, columns_per_cta) *
+           div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m));
+}
+
+// The split the H200 measured fastest for a grid of `output_tiles` short of
+// the SMs (nbits-bench, fp16 int4 block 32, Llama-3-8B, split 1/2/4/8 each):
+// - mma.sync GEMM (M <= 64, two CTAs an SM): 2 while two CTAs a tile fit in
+//   1.5x the SMs, else none. qkv M = 64 (48 tiles) 42.1 -> 25.5 us, down
+//   M = 64 (32) 137.9 -> 69.3, o M = 32 (64) 19.4 -> 14.1; 4 was slower on
+//   each (34.1, 76.1, 21.1), as was 2 on up M = 64 (112 tiles, 43.2 -> 48.5).
+// - wgmma GEMM with one row tile (M <= 128): the largest of 4 and 2 that keeps
+//   the grid within the CTAs resident at once (two an SM for 128 weight
+//   rows). qkv M = 128 (48 tiles) 31.4 us split 4 against 38.4 dequantised,
+//   down (32) 80.0 against 101.7, up (112) 48.4 split 2 against 59.0. With
+//   two row tiles the split lost or tied (down M = 256: 4 gave 129.9 against
+//   115.5 dequantised; up 92.4 against 85.1). Below 12 M weights the
+//   competing route stays ahead. At M = 65..128 (128-token tiles, against
+//   dequantise + cuBLASLt; one call on the kernels of 1d5f8f2, M = 80 / 128,
+//   us): Qwen2.5-7B o (12.8 M) 23.2 / 22.0 -> 16.3 / 17.3 split 4, Qwen2.5-7B
+//   qkv (16.5 M) 25.8 / 26.6 -> 24.2 / 25.9, Llama-3-8B o (16.8 M) 29.0 /
+//   29.1 -> 25.9 / 27.3; Phi-3.5-mini o (9.4 M) 19.9 / 19.1 dequantised
+//   against 22.4 / 23.3 (its split grid short of the SMs, the mma.sync GEMM).
+//   On the 64-token tiles (M = 33..64, with producer warps), against the
+//   mma.sync GEMM (same call, M = 33 / 48 / 64, us, before 1d5f8f2):
+//   Qwen2.5-7B qkv 28.64 / 28.62 / 28.80 -> 20.35 / 20.67 / 21.23 split 4,
+//   Qwen2.5-7B o 22.02 / 22.02 / 22.19 -> 14.30 / 14.46 / 15.30, Llama-3-8B o
+//   24.11 / 24.86 / 25.23 -> 22.27 / 22.61 / 23.22.
+std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& tiles)
+{
+    const Capabilities& device = fastest.request.context.capabilities;
+    const std::size_t sms = device.multiprocessor_count;
+    if (device.compute_major != 9 || sms == 0) {
+        return 1;  // measured on sm_90 only; the override reaches other cluster GPUs
+    }
+    const std::size_t output_tiles = prefill_output_tiles(fastest, tiles);
+    if (tiles.wgmma) {
+        const MatMulNBitsConfig& config = fastest.request.config;
+        if (div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m)) != 1 ||
+            config.k * config.n < kSplitWgmmaMinWeights) {
+            return 1;
+        }
+        for (const std::size_t split : {std::size_t{4}, std::size_t{2}}) {
+            if (output_tiles * split <= static_cast<std::size_t>(tiles.min_ctas) * sms) {
+                return split;
+            }
+        }
+        return 1;
+    }
+    return fastest.m <= 64 && 4 * output_tiles <= 3 * sms ? 2 : 1;
+}
+
+// CTAs splitting the K of one output tile of `tiles`: a thread block cluster
+// of at most 8 (the portable cluster size), so compute capability 9.0 and
+// newer, and at most one CTA per k tile. NBITS_PREFILL_SPLIT_K overrides the
+// measured choice.
+std::size_t split_k_for(const FastestRequest& fastest, const PrefillTiles& tiles)
+{
+    const PlanContext& context = fastest.request.context;
+    if (context.capabilities.compute_major < 9) {
+        return 1;
+    }
+    const std::optional<int> split = context.overrides.prefill_split_k;
+    const bool overridden = split && *split >= 1 && *split <= 8;
+    return std::min(overridden ? static_cast<std::size_t>(*split) : measured_split_k(fastest, tiles),
+                    div_ceil(fastest.request.config.k, static_cast<std::size_t>(tiles.tile_k)));
+}
+
+// NBITS_PREFILL_WGMMA_TILE_M where it is 128 or 256 (a plan built from raw overrides may hold anything).
+std::optional<int> wgmma_tile_m_override(const FastestRequest& fastest)
+{
+    const std::optional<int> tokens = fastest.request.context.overrides.prefill_wgmma_tile_m;
+    return tokens == 128 || tokens == 256 ? tokens : std::nullopt;
+}
+
+// Whether the wgmma GEMM takes its k tiles by the tensor memory accelerator:
+// where the tensor maps can describe A and the weights (rows of whole 16
+// bytes, K % 8 == 0) and NBITS_PREFILL_TMA asks for it.
+bool tma_feeds(const FastestRequest& fastest, const PrefillTiles& tiles)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    const bool describable = config.k % 8 == 0 && config.k_blocks() * config.blob_size() % 16 == 0 &&
+                             tiles.tile_m <= 256 && tiles.tile_n <= 256;
+    return describable && fastest.request.context.overrides.prefill_tma == 1;
+}
+
+// The wgmma GEMM's tiles: 64 tokens (wgmma m64n64k16) of 128 weight rows for M <= 64; above, 128 tokens of
+// 128 rows, or of 256 where NBITS_PREFILL_WGMMA_TILE_N asks for them, or 256 tokens of 128 rows where
+// NBITS_PREFILL_WGMMA_TILE_M does.
+PrefillTiles wgmma_tiles(const FastestRequest& fastest)
+{
+    PrefillTiles tiles = kWgmmaTiles;
+    if (fastest.m <= kWgmmaSmallTileM) {
+        tiles.tile_m = static_cast<int>(kWgmmaSmallTileM);
+    } else if (fastest.request.context.overrides.prefill_wgmma_tile_n == 256) {
+        tiles = kWgmmaWideTiles;
+    } else if (wgmma_tile_m_override(fastest) == 256) {
+        tiles = kWgmmaTallTiles;
+    }
+    // A warpgroup of producer warps on the 64-token tiles, none on the 128-token ones, whose 64 accumulators a
+    // thread need more registers than two CTAs an SM leave beside producer warps (one CTA an SM ran slower).
+    const bool small = tiles.small_wgmma_tiles();
+    const std::optional<int> producers = fastest.request.context.overrides.prefill_producer_warps;
+    const bool overridden = producers && (*producers == 0 || *producers == 1 || *producers == 2 || *producers == 4);
+    tiles.producer_warps = overridden ? *producers : (small ? kWgmmaProducerWarps : 0);
+    if (tma_feeds(fastest, tiles)) {
+        // One producer warp on the 64-token tiles. None on the 128-token (and 256-row) ones: thread 0 issues the
+        // tensor copies, and two CTAs an SM keep their 64 accumulators a thread (with a producer warp ptxas caps
+        // two CTAs of 288 threads at 96 registers, which spills and serialises the wgmmas; one CTA an SM with
+        // NBITS_PREFILL_PRODUCER_WARPS=1). A warpgroup of them on the 256-token tiles, which hands its registers
+        // to the computing warpgroups (setmaxnreg: 288 threads would cap those at 168, where ptxas serialises the
+        // wgmmas). The override takes 0, 1 or 4.
+        tiles.tma = true;
+        tiles.producer_warps = overridden && *producers != 2 ? *producers : tiles.tile_m == 256 ? 4 : small ? 1 : 0;
+    }
+    if (tiles.producer_warps > 0 && !small) {
+        tiles.min_ctas = 1;
+    }
+    return tiles;
+}
+
+// Columns per dequantised chunk: whole cuBLASLt tiles of 64 where they fit,
+// else a multiple of 8 (16-byte rows of Y), at least 8.
+std::size_t whole_tiles(std::size_t columns)
+{
+    return columns >= kChunkColumns ? columns / kChunkColumns * kChunkColumns : std::max<std::size_t>(columns / 8 * 8, 8);
+}
+
+// The chunk width, at most `widest` columns, whose cuBLASLt GEMMs over `rows` rows take the fewest waves of
+// output tiles in all, then the fewest chunks. cuBLASLt covers these shapes with 128 x 256 tiles, one CTA an SM,
+// so a chunk's GEMM takes ceil(row tiles x column tiles / SMs) waves: at M = 2048 (16 row tiles) on 132 SMs a
+// chunk of 2048 columns is one wave, one of 2304 two. Widths are whole tiles of 256 columns.
+std::size_t wave_aligned_chunk(std::size_t n, std::size_t widest, std::size_t rows, std::size_t sms)
+{
+    constexpr std::size_t kTileRows = 128;
+    constexpr std::size_t kTileColumns = 256;
+    if (widest >= n || widest < kTileColumns || sms == 0) {
+        return widest;
+    }
+    const std::size_t row_tiles = div_ceil(rows, kTileRows);
+    const std::size_t column_tiles = div_ceil(n, kTileColumns);
+    const auto waves = [&](std::size_t tiles) { return div_ceil(row_tiles * tiles, sms); };
+    std::size_t best = widest;
+    std::size_t best_waves = std::numeric_limits<std::size_t>::max();
+    std::size_t best_chunks = std::numeric_limits<std::size_t>::max();
+    for (std::size_t per_chunk = widest / kTileColumns; per_chunk >= 1; --per_chunk) {
+        const std::size_t chunks = div_ceil(column_tiles, per_chunk);
+        const std::size_t total = (chunks - 1) * waves(per_chunk) + waves(column_tiles - (chunks - 1) * per_chunk);
+        if (total < best_waves || (total == best_waves && chunks < best_chunks)) {
+            best = per_chunk * kTileColumns;
+            best_waves = total;
+            best_chunks = chunks;
+        }
+    }
+    return best;
+}
+
+// Rows [row, row + rows) of a row-major tensor whose rows are `row_bytes` apart.
+BufferRef rows_of(BufferRef tensor, std::size_t row, std::size_t row_bytes) { return tensor.at(row * row_bytes); }
+
+// Normalises rows of A into `normalized` (RMS-norm prologue at prefill).
+void add_rmsnorm_rows(LaunchPlan& plan, const FastestRequest& fastest, BufferRef activation, BufferRef normalized,
+                      std::size_t rows)
+{
+    const Specialisation spec{fastest};
+    StepBuilder step("nbits_rmsnorm_rows", "nbits RMS-norm rows");
+    step.arg("a", activation)
+        .arg("gamma", fastest.gamma->tensor)
+        .arg("out", normalized)
+        .size_arg("rows", rows, "M")
+        .arg("epsilon", fastest.request.config.rmsnorm_epsilon)
+        .define("NBITS_ACT_BF16", spec.act_bf16())
+        .define("NBITS_GAMMA_F32", spec.gamma_f32() ? 1 : 0)
+        .define("NBITS_K", static_cast<std::int64_t>(fastest.request.config.k))
+        .define("NBITS_NORM_THREADS", kNormThreads)
+        .grid(grid_extent(rows, 1, kMaxGridX, "M"))
+        .block(kNormThreads)
+        .add_to(plan, fastest.request);
+}
+
+// NBITS_PREFILL_TAIL_SPLIT: where the sm_90 wgmma GEMM's grid (split_k 1, min_ctas CTAs an SM) ends in a
+// partial wave, the column tile from which a second launch takes the rest of the tiles with their K split over
+// clusters of 2 to 4 CTAs, and that split: the one whose rounds of split CTAs (each a 1/split of a whole CTA's
+// work) end soonest, if sooner than the partial wave itself. Nothing where the grid is one wave or less, or no
+// split pays.
+struct TailSplit {
+    std::size_t first_column_tile = 0;
+    int split = 1;
+};
+TailSplit tail_split_for(const FastestRequest& fastest, const PrefillTiles& tiles, std::size_t rows,
+                         std::size_t column_tiles)
+{
+    const PlanContext& context = fastest.request.context;
+    const std::size_t slots = static_cast<std::size_t>(tiles.min_ctas) * context.capabilities.multiprocessor_count;
+    if (context.overrides.prefill_tail_split != 1 || !tiles.wgmma || tiles.split_k != 1 ||
+        context.capabilities.compute_major < 9 || slots == 0) {
+        return {};
+    }
+    const std::size_t row_tiles = div_ceil(rows, static_cast<std::size_t>(tiles.tile_m));
+    const std::size_t ctas = column_tiles * row_tiles;
+    const std::size_t whole = ctas / slots * slots / row_tiles;  // column tiles of the whole waves
+    if (whole == 0 || whole == column_tiles) {
+        return {};
+    }
+    const std::size_t tail_ctas = (column_tiles - whole) * row_tiles;
+    const std::size_t k_tiles = div_ceil(fastest.request.config.k, static_cast<std::size_t>(tiles.tile_k));
+    // The tail's time in whole CTAs, rounds / split, compared as fractions.
+    std::size_t best_rounds = div_ceil(tail_ctas, slots);
+    std::size_t best_split = 1;
+    for (std::size_t split = 2; split <= 4 && split <= k_tiles; ++split) {
+        const std::size_t rounds = div_ceil(tail_ctas * split, slots);
+        if (rounds * best_split < best_rounds * split) {
+            best_rounds = rounds;
+            best_split = split;
+        }
+    }
+    return best_split == 1 ? TailSplit{} : TailSplit{whole, static_cast<int>(best_split)};
+}
+
+// The fused GEMM (or the paired gate/up kernel) over `rows` rows; the tiles it
+// launches with, or none when no tile configuration fits the device.
+std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestRequest& fastest, BufferRef activation,
+                                              std::size_t row, std::size_t rows, bool wgmma)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    std::size_t shared_bytes = 0;
+    std::optional<PrefillTiles> tiles =
+        fit_tiles(wgmma ? wgmma_tiles(fastest) : preset_for(fastest, rows), fastest, shared_bytes);
+    if (!tiles) {
+        return std::nullopt;
+    }
+    tiles->split_k = static_cast<int>(split_k_for(fastest, *tiles));
+    const std::size_t y_row_bytes = config.n * element_size(fastest.operands.activation_type);
+    const Specialisation spec{fastest};
+    const HalfOperands& o = fastest.operands;
+    const bool paired = fastest.up != nullptr;
+    // A CTA takes `columns` of Y (half its weight rows for the paired node).
+    const int columns = paired ? tiles->tile_n / 2 : tiles->tile_n;
+    const std::uint32_t column_tiles = grid_extent(config.n, static_cast<std::size_t>(columns), kMaxGridX, "N");
+    const TailSplit tail = tail_split_for(fastest, *tiles, rows, column_tiles);
+    // One launch of `t` over `count` column tiles from `first`.
+    auto add_step = [&](const PrefillTiles& t, std::size_t first, std::size_t count) {
+        StepBuilder step(paired ? (t.tma ? "nbits_prefill_gate_up_tma" : "nbits_prefill_gate_up")
+                                : (t.tma ? "nbits_prefill_gemm_tma" : "nbits_prefill_gemm"),
+                         paired ? "nbits fused gate/up SwiGLU prefill GEMM" : "nbits fused prefill GEMM");
+        step.arg("a", activation)
+            .arg("y", rows_of(o.output, row, y_row_bytes))
+            .size_arg("m", rows, "M")
+            .size_arg("n", config.n, "N");
+        bind_weights(step, fastest);
+        if (!paired) {
+            const std::size_t bias_row_bytes = fastest.bias_row_stride * element_size(o.activation_type);
+            step.arg("bias", o.has_bias() ? rows_of(o.bias, row, bias_row_bytes) : BufferRef::null())
+                .size_arg("bias_row_stride", fastest.bias_row_stride, "bias row stride");
+        }
+        if (t.tma) {
+            // A weight set's box: the rows of its columns of Y.
+            const auto box_rows = static_cast<std::uint32_t>(columns);
+            step.arg("act_map", activation_map(fastest, activation, rows, t));
+            if (paired) {
+                step.arg("gate_map", weight_map(fastest, o.packed, t, box_rows))
+                    .arg("up_map", weight_map(fastest, fastest.up->packed, t, box_rows));
+            } else {
+                step.arg("b_map", weight_map(fastest, o.packed, t, box_rows));
+            }
+        }
+        spec.common(step);
+        tile_defines(step, t);
+        step.define("NBITS_BIAS_MODE", paired ? 0 : spec.bias_mode());
+        if (first > 0) {
+            step.define("NBITS_FIRST_COLUMN_TILE", static_cast<std::int64_t>(first));
+        }
+        step.grid(static_cast<std::uint32_t>(count),
+                  grid_extent(rows, static_cast<std::size_t>(t.tile_m), kMaxGridYZ, "M"),
+                  static_cast<std::uint32_t>(t.split_k))
+            .block(t.threads())
+            .shared_memory(static_cast<std::uint32_t>(shared_bytes), true)
+            .add_to(plan, fastest.request);
+    };
+    if (tail.split == 1) {
+        add_step(*tiles, 0, column_tiles);
+        return tiles;
+    }
+    // The whole waves, then the rest split.
+    add_step(*tiles, 0, tail.first_column_tile);
+    tiles->split_k = tail.split;
+    tiles->split_from_column_tile = tail.first_column_tile;
+    add_step(*tiles, tail.first_column_tile, column_tiles - tail.first_column_tile);
+    return tiles;
+}
+
+void add_dequantize(LaunchPlan& plan, const FastestRequest& fastest, const HalfOperands& weights, int scratch,
+                    std::size_t first_column, std::size_t columns)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    const std::size_t units = checked_product(columns, div_ceil(config.k, 8), "the dequantized chunk");
+    StepBuilder step("nbits_dequantize", "nbits dequantize a weight chunk");
+    step.arg("b", weights.packed)
+        .arg("scales", weights.scales)
+        .arg("zero_points", weights.zero_points)
+        .arg("w", BufferRef::scratch(scratch))
+        .size_arg("n_begin", first_column, "N")
+        .size_arg("n_count", columns, "N");
+    Specialisation{fastest}.common(step);
+    step.define("NBITS_DEQ_THREADS", kDequantizeThreads)
+        .define("NBITS_DEQ_UNITS", kDequantizeUnits)
+        .grid(grid_extent(units, std::size_t{kDequantizeThreads} * kDequantizeUnits, kMaxGridX, "N"))
+        .block(kDequantizeThreads)
+        .add_to(plan, fastest.request);
+}
+
+// Y = A . W^T over a chunk of `columns` weights in scratch; Y in A's dtype unless `y_dtype` is given (Float32:
+// the paired node's projections).
+void add_gemm(LaunchPlan& plan, const FastestRequest& fastest, BufferRef a, int weights, BufferRef y,
+              std::size_t ldy, BufferRef bias, std::size_t rows, std::size_t columns, int workspace,
+              std::optional<DataType> y_dtype = std::nullopt)
+{
+    GemmStep gemm;
+    gemm.dtype = fastest.operands.activation_type;
+    gemm.y_dtype = y_dtype;
+    gemm.weight_layout = GemmStep::WeightLayout::NxK;
+    gemm.a = a;
+    gemm.w = BufferRef::scratch(weights);
+    gemm.y = y;
+    gemm.bias = bias;
+    gemm.m = rows;
+    gemm.k = fastest.request.config.k;
+    gemm.n = columns;
+    gemm.ldy = ldy;
+    gemm.workspace = BufferRef::scratch(workspace);
+    gemm.workspace_bytes = kGemmWorkspaceBytes;
+    plan.steps.push_back(gemm);
+}
+
+// An elementwise epilogue over `rows` x `columns` of Y (row pitch `ldy`): the shared tail of its parameters and a
+// grid-stride loop over units of 8 elements of a row, a few waves of CTAs covering any size.
+void add_row_epilogue(StepBuilder& step, LaunchPlan& plan, const FastestRequest& fastest, std::size_t ldy,
+                      std::size_t rows, std::size_t columns)
+{
+    const std::size_t sms = std::max<std::uint32_t>(fastest.request.context.capabilities.multiprocessor_count, 1);
+    const std::size_t wanted = div_ceil(rows * div_ceil(columns, kElementwiseUnit), kElementwiseThreads);
+    step.size_arg("rows", rows, "M")
+        .size_arg("n", columns, "N")
+        .size_arg("ldy", ldy, "N")
+        .define("NBITS_ACT_BF16", Specialisation{fastest}.act_bf16())
+        .grid(static_cast<std::uint32_t>(std::clamp<std::size_t>(wanted, 1, sms * 8)))
+        .block(kElementwiseThreads)
+        .add_to(plan, fastest.request);
+}
+
+void add_bias_rows(LaunchPlan& plan, const FastestRequest& fastest, BufferRef y, std::size_t ldy, BufferRef bias,
+                   std::size_t rows, std::size_t columns)
+{
+    StepBuilder step("nbits_bias_rows", "nbits bias epilogue");
+    step.arg("y", y).arg("bias", bias).size_arg("bias_row_stride", fastest.bias_row_stride, "bias row stride");
+    add_row_epilogue(step, plan, fastest, ldy, rows, columns);
+}
+
+void add_silu_mul_rows(LaunchPlan& plan, const FastestRequest& fastest, BufferRef gate, BufferRef up, BufferRef y,
+                       std::size_t ldy, std::size_t rows, std::size_t columns)
+{
+    StepBuilder step("nbits_silu_mul_rows", "nbits SwiGLU epilogue");
+    step.arg("gate", gate).arg("up", up).arg("y", y);
+    add_row_epilogue(step, plan, fastest, ldy, rows, columns);
+}
+
+// Large M: columns of the weights dequantised chunk by chunk into scratch,
+// each chunk multiplied by cuBLASLt (Y = A . W_chunk^T into Y's columns).
+void add_dequantized_gemms(LaunchPlan& plan, const FastestRequest& fastest, BufferRef activation, std::size_t row,
+                           std::size_t rows, int weights, int projections, std::size_t chunk_columns, int workspace)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    const HalfOperands& o = fastest.operands;
+    const std::size_t element = element_size(o.activation_type);
+    const std::size_t y_row_bytes = config.n * element;
+    const BufferRef y_rows = rows_of(o.output, row, y_row_bytes);
+    // A bias of one row, folded or not, goes to cuBLASLt's epilogue: one rounding, T(acc + bias), within the
+    // oracle's bounds like every Fastest path and closer to the exact sum than the folded Add's T(T(acc) + bias),
+    // whose own pass over Y cost 12 us a 6144-column chunk at M = 2048 on the H200. A per-token bias takes the pass.
+    const bool epilogue_bias = o.has_bias() && fastest.bias_row_stride != 0;
+    for (std::size_t column = 0; column < config.n; column += chunk_columns) {
+        const std::size_t columns = std::min(chunk_columns, config.n - column);
+        const BufferRef y_chunk = y_rows.at(column * element);
+        if (fastest.up != nullptr) {
+            const BufferRef gate = BufferRef::scratch(projections);
+            const BufferRef up = gate.at(projection_bytes(rows, columns));
+            add_dequantize(plan, fastest, o, weights, column, columns);
+            add_gemm(plan, fastest, activation, weights, gate, columns, BufferRef::null(), rows, columns, workspace,
+                     DataType::Float32);
+            add_dequantize(plan, fastest, *fastest.up, weights, column, columns);
+            add_gemm(plan, fastest, activation, weights, up, columns, BufferRef::null(), rows, columns, workspace,
+                     DataType::Float32);
+            add_silu_mul_rows(plan, fastest, gate, up, y_chunk, config.n, rows, columns);
+            continue;
+        }
+        add_dequantize(plan, fastest, o, weights, column, columns);
+        const BufferRef gemm_bias = o.has_bias() && !epilogue_bias ? o.bias.at(column * element) : BufferRef::null();
+        add_gemm(plan, fastest, activation, weights, y_chunk, config.n, gemm_bias, rows, columns, workspace);
+        if (epilogue_bias) {
+            const std::size_t bias_row_bytes = fastest.bias_row_stride * element;
+            add_bias_rows(plan, fastest, y_chunk, config.n, rows_of(o.bias, row, bias_row_bytes).at(column * element),
+                          rows, columns);
+        }
+    }
+}
+
+// CTAs of a fused GEMM grid with `tiles`: its output tiles times the split.
+std::size_t prefill_ctas(const FastestRequest& fastest, const PrefillTiles& tiles)
+{
+    return prefill_output_tiles(fastest, tiles) * split_k_for(fastest, tiles);
+}
+
+// Past M = 64 the fused kernel's 128 x 128 tiles run at about 1.75 TFLOP/s
+// per CTA on the H200, so a grid that leaves most SMs idle loses to the
+// dequantise + cuBLASLt route, whose cost is one pass over the weights plus a
+// GEMM at dense speed: Qwen2.5-7B qkv (36 column tiles) took 66.4 us fused at
+// M = 128 against 29.8 us dequantised at M = 256, while Llama-3-8B up (112
+// tiles) took 77.6 us fused against an estimated 84 us dequantised.
+bool fused_grid_fills_device(const FastestRequest& fastest)
+{
+    const std::size_t sms = fastest.request.context.capabilities.multiprocessor_count;
+    if (fastest.m <= 64 || sms == 0) {
+        return true;
+    }
+    return 2 * prefill_ctas(fastest, preset_for(fastest, fastest.m)) >= sms;
+}
+
+// The largest M the wgmma GEMM takes as planned. The paired node's dequantised route pays, per element of Y, fp32
+// gate and up projections and a SwiGLU pass beside GEMMs of 2K multiply-adds, so the larger K, the smaller the M
+// from which that route wins: past M = 1024 the wgmma GEMM stays while M x K < 2^23. On the H200 (fp16 int4
+// block 32, one call, wgmma against dequantised, us): at M = 1280 / 1536 / 2048 Qwen2.5-0.5B gate/up 55.1 / 64.4 /
+// 87.5 against 91.3 / 105.1 / 138.3, Phi-3.5-mini 246.4 / 292.6 / 388.3 against 284.8 / 346.0 / 402.3, Qwen2.5-7B 628.7 / 738.8 /
+// 982.5 against 739.8 / 850.1 / 1054.5 (M = 4096: 1998.5 against 1980.4), Llama-3-8B 560.9 / 682.8 / 898.5
+// against 596.2 / 708.2 / 856.3, Llama-3-70B 2166.1 / 2608.5 / 3494.8 against 2135.0 / 2403.0 / 3250.6.
+std::size_t wgmma_max_m(const FastestRequest& fastest)
+{
+    if (fastest.up == nullptr) {
+        return kWgmmaFullGridMaxM;
+    }
+    const std::size_t k = std::max<std::size_t>(fastest.request.config.k, 1);
+    return std::max(kWgmmaPairedFullGridMaxM, (kWgmmaPairedMaxMK - 1) / k);
+}
+
+// sm_90 (wgmma is arch-specific: compute 9.0 exactly) for 32 < M <= 256 when
+// the grid fills three quarters of the SMs, and for 256 < M <= 512 (the
+// paired gate/up node: see wgmma_max_m) when it covers every CTA slot (two an SM). On
+// the H200 (nbits-bench, fp16 int4 block 32): Llama-3-8B up M = 128 58.5 us
+// against 84.6 fused on mma.sync, M = 256 85.2 against 111.0 dequantised;
+// Llama-3-70B up M = 128 161.9 against 263.9. At M = 512 (one call on the kernels of 1d5f8f2, wgmma
+// against the dequantise route, us): Llama-3-70B up 446.4 against 521.6,
+// Qwen2.5-7B up 140.3 against 163.5, the paired Llama-3-8B gate/up 240.7
+// against 321.9, Llama-3-8B up 133.1 against 135.2, while Qwen2.5-7B qkv (144
+// CTAs) took 56.9 against 40.1. Past M = 512 (one call on 0524999, M = 640 /
+// 768 / 1024, dequantised against wgmma, us) the unpaired nodes tip over to
+// dequantise + cuBLASLt (8B up 154.8 / 171.9 / 206.0 against 169.9 / 195.7 /
+// 228.9, 70B up 601.8 / 663.0 / 797.6 against 565.8 / 680.2 / 864.2, Qwen2.5-7B
+// up 185.7 / 194.5 / 235.7 against 163.5 / 190.2 / 240.7), while the paired
+// node keeps gaining (8B gate/up 357.9 / 412.3 / 483.1 against 304.5 / 368.5 /
+// 462.8, Qwen2.5-7B gate/up 455.4 / 524.7 / 591.7 against 333.5 / 388.2 /
+// 496.0), with fp32 projections further (see wgmma_max_m); at M = 2048
+// dequantise + cuBLASLt wins for one weight set (8B up 350.5 against 439.0),
+// and a grid short of the SMs (8B qkv, N = 6144 at M = 128: 48 CTAs, 54 us in
+// the lab against 25 dequantised) leaves too many idle. At 32 < M <= 64 its
+// 64-token tiles beat the mma.sync GEMM's (one run, M = 40 / 64, fused
+// against wgmma): 8B up 42.5 / 43.1 against 38.0 / 38.7 us, 70B up 155.0 /
+// 158.5 against 131.8 / 132.1, 8B qkv 24.7 / 25.6 against 22.9 / 24.2, 8B
+// down 67.4 / 69.5 against 59.2 / 60.8, Qwen2.5-7B up 63.1 / 64.5 against
+// 56.3 / 56.5; at M = 32 the mma.sync GEMM's 32-token tiles win (8B up 30.3
+// against 37.8, down 32.3 against 59.1).
+bool wgmma_prefill(const FastestRequest& fastest)
+{
+    const Capabilities& device = fastest.request.context.capabilities;
+    // NBITS_PREFILL_WGMMA_MIN_M moves the bound within 17..65; other values set by hand are ignored.
+    const std::optional<int> lowered = fastest.request.context.overrides.prefill_wgmma_min_m;
+    const std::size_t min_m =
+        lowered && *lowered >= 17 && *lowered <= 65 ? static_cast<std::size_t>(*lowered) : kWgmmaMinM;
+    // NBITS_PREFILL_WGMMA_TILE_M lifts the upper bound.
+    const bool unbounded = wgmma_tile_m_override(fastest).has_value();
+    const std::size_t max_m = unbounded ? std::numeric_limits<std::size_t>::max() : wgmma_max_m(fastest);
+    if (device.compute_major != 9 || device.compute_minor != 0 || fastest.m < min_m || fastest.m > max_m) {
+        return false;
+    }
+    const PrefillTiles tiles = wgmma_tiles(fastest);
+    const std::size_t ctas = prefill_ctas(fastest, tiles);
+    if (fastest.m > kWgmmaMaxM && !unbounded) {
+        return ctas >= static_cast<std::size_t>(tiles.min_ctas) * device.multiprocessor_count;
+    }
+    return 4 * ctas >= 3 * device.multiprocessor_count;
+}
+
+}  // namespace
+
+bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    const std::size_t m = fastest.m;
+    const std::size_t element = element_size(fastest.operands.activation_type);
+    const std::size_t a_row_bytes = config.k * element;
+    const bool paired = fastest.up != nullptr;
+    const bool wgmma = wgmma_prefill(fastest);
+    const bool fused = wgmma || (m <= kFusedMaxM && fused_grid_fills_device(fastest));
+    const bool normalized = fastest.gamma != nullptr;
+
+    // Rows per pass: all of them, unless a per-row scratch (the normalized rows, the gate projection) would
+    // outgrow its budget.
+    std::size_t rows_per_pass = m;
+    if (normalized) {
+        rows_per_pass = std::min(rows_per_pass, std::max<std::size_t>(kNormalizedBudget / a_row_bytes, 1));
+    }
+    std::size_t chunk_columns = 0;
+    std::size_t weight_budget = kWorkspaceBudget - kGemmWorkspaceBytes - (normalized ? kNormalizedBudget : 0);
+    if (!fused) {
+        if (paired) {
+            weight_budget -= kSwigluBudget;
+            rows_per_pass =
+                std::min(rows_per_pass, std::max<std::size_t>(kSwigluBudget / (kChunkColumns * kSwigluBytes), 1));
+        }
+        chunk_columns = whole_tiles(weight_budget / a_row_bytes);
+        if (paired) {
+            chunk_columns = std::min(chunk_columns, whole_tiles(kSwigluBudget / (rows_per_pass * kSwigluBytes)));
+        }
+        // NBITS_PREFILL_CHUNK_COLUMNS narrows the chunk, never past the budget.
+        if (const std::optional<int> forced = fastest.request.context.overrides.prefill_chunk_columns) {
+            chunk_columns = std::min(chunk_columns, whole_tiles(static_cast<std::size_t>(*forced)));
+        } else {
+            chunk_columns = wave_aligned_chunk(config.n, chunk_columns, rows_per_pass,
+                                               fastest.request.context.capabilities.multiprocessor_count);
+        }
+        chunk_columns = std::min(chunk_columns, div_ceil(config.n, kChunkColumns) * kChunkColumns);
+    }
+
+    // Launches per pass: the RMS-norm, then the fused GEMM or, per chunk, dequantise + GEMM (+ bias rows), and
+    // for the paired node dequantise + GEMM twice + SwiGLU.
+    const std::size_t passes = div_ceil(m, rows_per_pass);
+    const std::size_t per_pass =
+        (normalized ? 1 : 0) + (fused ? 1 : div_ceil(config.n, chunk_columns) * (paired ? 5 : 3));
+    if (passes > kMaxPrefillSteps / per_pass) {
+        if (fastest.operands.activation_type == DataType::BFloat16) {
+            fail_unsupported(fmt::format(
+                "M={} rows of this BFloat16 prefill node would take {} passes of {} launches, beyond the {} "
+                "launches one plan holds. How to fix: run the rows in batches of at most {}",
+                m, passes, per_pass, kMaxPrefillSteps, (kMaxPrefillSteps / per_pass) * rows_per_pass));
+        }
+        return false;  // the original's path takes the node
+    }
+
+    // A K so large that one row or one chunk outgrows the budget: the original's path takes the node. Each size is
+    // bounded by the budget before the next factor multiplies it.
+    const std::size_t norm_bytes = normalized ? rows_per_pass * a_row_bytes : 0;
+    std::size_t weight_bytes = 0;
+    std::size_t projections_bytes = 0;
+    if (!fused) {
+        if (chunk_columns > kWorkspaceBudget / a_row_bytes) {
+            return false;
+        }
+        weight_bytes = chunk_columns * a_row_bytes;
+        projections_bytes = paired ? 2 * projection_bytes(rows_per_pass, chunk_columns) : 0;
+    }
+    if (norm_bytes > kWorkspaceBudget || projections_bytes > kWorkspaceBudget ||
+        norm_bytes + weight_bytes + projections_bytes + (fused ? 0 : kGemmWorkspaceBytes) > kWorkspaceBudget) {
+        return false;
+    }
+
+    LaunchPlan candidate;
+    const int norm_scratch =
+        normalized ? add_scratch(candidate, fastest.request, norm_bytes, "the normalized rows") : -1;
+    int weights = -1;
+    int projections = -1;
+    int workspace = -1;
+    if (!fused) {
+        weights = add_scratch(candidate, fastest.request, weight_bytes, "a dequantized weight chunk");
+        if (paired) {
+            projections =
+                add_scratch(candidate, fastest.request, projections_bytes, "the gate and up projections of a chunk");
+        }
+        workspace = add_scratch(candidate, fastest.request, kGemmWorkspaceBytes, "the cuBLASLt workspace");
+    }
+    int split_k = 1;  // the most CTAs a fused pass's clusters split K over
+    bool split_tail = false;  // only the column tiles past the whole waves (NBITS_PREFILL_TAIL_SPLIT)
+    for (std::size_t row = 0; row < m; row += rows_per_pass) {
+        const std::size_t rows = std::min(rows_per_pass, m - row);
+        BufferRef activation = rows_of(fastest.operands.activation, row, a_row_bytes);
+        if (normalized) {
+            add_rmsnorm_rows(candidate, fastest, activation, BufferRef::scratch(norm_scratch), rows);
+            activation = BufferRef::scratch(norm_scratch);
+        }
+        if (fused) {
+            const std::optional<PrefillTiles> tiles = add_fused_prefill(candidate, fastest, activation, row, rows, wgmma);
+            if (!tiles) {
+                return false;
+            }
+            split_k = std::max(split_k, tiles->split_k);
+            split_tail = split_tail || tiles->split_from_column_tile > 0;
+        } else {
+            add_dequantized_gemms(candidate, fastest, activation, row, rows, weights, projections, chunk_columns,
+                                  workspace);
+        }
+    }
+    const char* kind = paired ? "paired gate/up SwiGLU" : "MatMulNBits";
+    set_variant(candidate,
+                wgmma   ? "nbits_prefill_wgmma"
+                : fused ? "nbits_prefill_fused"
+                        : "nbits_prefill_dequantize_cublaslt",
+                [m, kind, fused, wgmma, normalized, chunk_columns, rows_per_pass, split_k, split_tail] {
+                    if (fused) {
+                        return fmt::format("M={} {} prefill{}: fused dequantising tensor-core GEMM ({}{}) over "
+                                           "ONNX Runtime's layout, specialised on K, bits, block size and zero points",
+                                           m, kind, normalized ? " with an RMS-norm pass over rows into scratch" : "",
+                                           wgmma ? "sm_90a warpgroup MMA" : "mma.sync",
+                                           split_k == 1 ? std::string()
+                                           : split_tail
+                                               ? fmt::format(", and in a second launch the column tiles past its "
+                                                             "whole waves with K split over clusters of {} CTAs",
+                                                             split_k)
+                                               : fmt::format(", K split over clusters of {} CTAs", split_k));
+                    }
+                    return fmt::format("M={} {} prefill{}: weights dequantised in chunks of {} columns into scratch, "
+                                       "each multiplied by cuBLASLt (rows per pass {})",
+                                       m, kind, normalized ? " after an RMS-norm pass over rows" : "", chunk_columns,
+                                       rows_per_pass);
+                });
+    plan = std::move(candidate);
+    return true;
+}
+
+}  // namespace nbits::ops::detail
