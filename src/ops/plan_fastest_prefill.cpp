@@ -117,6 +117,30 @@ constexpr PrefillTiles kWideSmallTiles{128, 16, 128, 4, 1, 2, 4, 2};
 constexpr std::size_t kWideTilesMinM = 12;
 constexpr std::size_t kWideTilesMaxM = 32;
 
+// The K split of kWideSmallTiles where they take the node (wide_small_tiles_pay): 1 by the measured rule below,
+// 2 (clusters of 2 CTAs) with NBITS_PREFILL_WIDE_SPLIT=1 where only the split grid fills four fifths of a round
+// (Llama-3-8B up, 112 tiles: 224 CTAs on the H200's 264 slots); 0 where they do not take it.
+int wide_small_tiles_split(const FastestRequest& fastest)
+{
+    const Capabilities& device = fastest.request.context.capabilities;
+    const MatMulNBitsConfig& config = fastest.request.config;
+    const DataType act = fastest.operands.activation_type;
+    if (device.compute_major != 9 || device.compute_minor != 0 || device.multiprocessor_count == 0 ||
+        fastest.up != nullptr || fastest.gamma != nullptr || fastest.operands.has_zero_points() ||
+        config.bits != 4 || (act != DataType::Float16 && act != DataType::BFloat16) ||
+        fastest.m < kWideTilesMinM || fastest.m > kWideTilesMaxM) {
+        return 0;
+    }
+    const std::size_t slots = 2 * std::size_t{device.multiprocessor_count};
+    const std::size_t tiles = div_ceil(config.n, static_cast<std::size_t>(kWideSmallTiles.tile_n));
+    if (tiles >= 3 * slots || (5 * tiles >= 4 * slots && tiles <= slots)) {
+        return 1;
+    }
+    const bool split_fills = 5 * 2 * tiles >= 4 * slots && 2 * tiles <= slots &&
+                             config.k > static_cast<std::size_t>(kWideSmallTiles.tile_k);
+    return fastest.request.context.overrides.prefill_wide_split == 1 && split_fills ? 2 : 0;
+}
+
 }  // namespace
 
 // Whether the fused GEMM on kWideSmallTiles beats the decode kernel (M = 12..16) and the preset's 64-row tiles
@@ -133,18 +157,7 @@ constexpr std::size_t kWideTilesMaxM = 32;
 // 121.55) and with zero points (lm_head M = 12 143.33 -> 148.33, M = 16 149.93 -> 149.51).
 bool wide_small_tiles_pay(const FastestRequest& fastest)
 {
-    const Capabilities& device = fastest.request.context.capabilities;
-    const MatMulNBitsConfig& config = fastest.request.config;
-    const DataType act = fastest.operands.activation_type;
-    if (device.compute_major != 9 || device.compute_minor != 0 || device.multiprocessor_count == 0 ||
-        fastest.up != nullptr || fastest.gamma != nullptr || fastest.operands.has_zero_points() ||
-        config.bits != 4 || (act != DataType::Float16 && act != DataType::BFloat16) ||
-        fastest.m < kWideTilesMinM || fastest.m > kWideTilesMaxM) {
-        return false;
-    }
-    const std::size_t slots = 2 * std::size_t{device.multiprocessor_count};
-    const std::size_t tiles = div_ceil(config.n, static_cast<std::size_t>(kWideSmallTiles.tile_n));
-    return tiles >= 3 * slots || (5 * tiles >= 4 * slots && tiles <= slots);
+    return wide_small_tiles_split(fastest) > 0;
 }
 
 namespace {
@@ -314,12 +327,16 @@ std::size_t prefill_output_tiles(const FastestRequest& fastest, const PrefillTil
 //   Qwen2.5-7B qkv 28.64 / 28.62 / 28.80 -> 20.35 / 20.67 / 21.23 split 4,
 //   Qwen2.5-7B o 22.02 / 22.02 / 22.19 -> 14.30 / 14.46 / 15.30, Llama-3-8B o
 //   24.11 / 24.86 / 25.23 -> 22.27 / 22.61 / 23.22.
+// - the 128-row tiles at M = 12..32: wide_small_tiles_split.
 std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& tiles)
 {
     const Capabilities& device = fastest.request.context.capabilities;
     const std::size_t sms = device.multiprocessor_count;
     if (device.compute_major != 9 || sms == 0) {
         return 1;  // measured on sm_90 only; the override reaches other cluster GPUs
+    }
+    if (!tiles.wgmma && tiles.tile_n == kWideSmallTiles.tile_n && fastest.m <= kWideTilesMaxM) {
+        return wide_small_tiles_split(fastest) == 2 ? 2 : 1;
     }
     const std::size_t output_tiles = prefill_output_tiles(fastest, tiles);
     if (tiles.wgmma) {

@@ -162,6 +162,59 @@ TEST_CASE("Fastest on sm_90 at M = 12..32: the fused GEMM's 128-row tiles where 
                          doctest::Contains("decode kernel needs"), Error);
 }
 
+TEST_CASE("Fastest on sm_90 with NBITS_PREFILL_WIDE_SPLIT: the 128-row tiles at M = 12..32 where their grid fills a "
+          "round only with K split over clusters of 2")
+{
+    auto wide_split = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::prefill_wide_split, 1); };
+    auto split_of = [](const test::Problem& problem) {
+        const LaunchPlan plan = problem.plan();
+        const KernelStep& step = test::kernel_step(plan, 0);
+        if (step.entry != "nbits_prefill_gemm" || !defines(step, "NBITS_TILE_N=128")) {
+            return step.entry + " (not the 128-row tiles)";
+        }
+        return std::string(defines(step, "NBITS_SPLIT_K=2") ? "split 2" : sets(step, "NBITS_SPLIT_K") ? "other split"
+                                                                                                      : "unsplit");
+    };
+    // Llama-3-8B up (112 tiles): 224 CTAs on the H200's 264 slots, at M = 12, 16 and 32, fp16 and bf16.
+    for (const std::size_t m : {12, 16, 32}) {
+        CAPTURE(m);
+        CHECK(split_of(wide_split(fastest(node(4096, 14336), rows(m)))) == "split 2");
+        CHECK(split_of(wide_split(fastest(node(4096, 14336), rows(m, DataType::BFloat16)))) == "split 2");
+        const LaunchPlan plan = wide_split(fastest(node(4096, 14336), rows(m))).plan();
+        CHECK(plan.variant == "nbits_prefill_fused");
+        CHECK(plan.capture_safe);
+        CHECK(plan.scratch_bytes.empty());
+        const KernelStep& step = test::kernel_step(plan, 0);
+        CHECK(step.config.grid == Dim3{112, 1, 2});
+        CHECK(defines(step, m <= 16 ? "NBITS_TILE_M=16" : "NBITS_TILE_M=32"));
+        CHECK(defines(step, "NBITS_WGMMA=0"));
+    }
+    // Without the override: the decode kernel, and the preset's 64-row tiles at M = 32.
+    CHECK(split_of(fastest(node(4096, 14336), rows(16))) == "nbits_decode_matmul (not the 128-row tiles)");
+    CHECK(split_of(fastest(node(4096, 14336), rows(32))) == "nbits_prefill_gemm (not the 128-row tiles)");
+    CHECK(split_of(with_override(fastest(node(4096, 14336), rows(16)), &PlanOverrides::prefill_wide_split, 0)) ==
+          "nbits_decode_matmul (not the 128-row tiles)");
+    // Below M = 12 and past 32 the override changes nothing.
+    CHECK(split_of(wide_split(fastest(node(4096, 14336), rows(11)))) == "nbits_decode_matmul (not the 128-row tiles)");
+    CHECK(wide_split(fastest(node(4096, 14336), rows(33))).plan().variant ==
+          fastest(node(4096, 14336), rows(33)).plan().variant);
+    // Grids that fill a round unsplit keep it unsplit (Llama-3-70B up, 224 tiles; lm_head, 1002).
+    CHECK(split_of(wide_split(fastest(node(8192, 28672), rows(16)))) == "unsplit");
+    CHECK(split_of(wide_split(fastest(node(4096, 128256), rows(16)))) == "unsplit");
+    // Split grids short of four fifths of a round, or past one, keep the plan's rule: Llama-3-8B qkv (48 tiles, 96
+    // CTAs), Qwen2.5-7B up (148 tiles, 296 CTAs).
+    CHECK(split_of(wide_split(fastest(node(4096, 6144), rows(16)))) == "nbits_decode_matmul (not the 128-row tiles)");
+    CHECK(split_of(wide_split(fastest(node(3584, 18944), rows(16)))) == "nbits_decode_matmul (not the 128-row tiles)");
+    // Nor off sm_90, with zero points, or for the paired node.
+    CHECK(split_of(wide_split(fastest(node(4096, 14336), rows(16), Capabilities::a100()))) ==
+          "nbits_decode_matmul (not the 128-row tiles)");
+    test::Shapes zp = rows(16);
+    zp.zero_points = true;
+    CHECK(split_of(wide_split(fastest(node(4096, 14336), zp))) == "nbits_decode_matmul (not the 128-row tiles)");
+    CHECK(split_of(wide_split(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(16)))) ==
+          "nbits_decode_gate_up (not the 128-row tiles)");
+}
+
 TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half the SMs")
 {
     // The A100 (108 SMs, no wgmma, no clusters): Qwen2.5-7B qkv's 36 column tiles of 128 leave most SMs idle.

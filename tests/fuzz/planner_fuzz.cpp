@@ -327,6 +327,7 @@ ops::PlanOverrides overrides_of(Choices& c)
         raw.prefill_producer_warps = c.pick(std::vector<int>{0, 1, 2, 3, 4, 8, -1});
         raw.prefill_tma = c.pick(std::vector<int>{0, 1, 2, -1});
         raw.prefill_tail_split = c.pick(std::vector<int>{0, 1, 2, -1});
+        raw.prefill_wide_split = c.pick(std::vector<int>{0, 1, 2, -1});
         return raw;
     }
     default: return {};

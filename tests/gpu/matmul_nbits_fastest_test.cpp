@@ -582,24 +582,59 @@ TEST_CASE("split-K prefill (NBITS_PREFILL_SPLIT_K): clusters of CTAs sharing a t
     }
 }
 
+namespace {
+
+// The 128-row tiles' cases at M = 12..32 over N columns (one node N - 36, so that its last tile is partial): fp16
+// and bf16, block sizes 16..128, fp32 scales, every bias kind, K of two to eight 128-deep k tiles, odd K included.
+std::vector<FastestCase> wide_tile_cases(std::size_t n)
+{
+    std::vector<FastestCase> nodes = {
+        feature_case(DataType::Float16, 12, 4, 32, false, Bias::None, false, false, n, 256),
+        feature_case(DataType::BFloat16, 16, 4, 128, false, Bias::Plain, false, false, n, 1003),
+        feature_case(DataType::Float16, 13, 4, 16, false, Bias::Folded, false, false, n - 36, 512),
+        feature_case(DataType::BFloat16, 32, 4, 64, false, Bias::PerToken, false, false, n, 512),
+        feature_case(DataType::Float16, 24, 4, 32, false, Bias::None, false, false, n, 1000),
+    };
+    nodes[2].f32_scales = true;
+    return nodes;
+}
+
+}  // namespace
+
 TEST_CASE("the fused GEMM's 128-row tiles at M = 12..32 (sm_90, grids that fill a round) meet the float64 oracle")
 {
     // N = 27136: 212 column tiles of 128 rows, four fifths of the H200's 264 CTA slots, so the plan takes these
     // tiles from M = 12 (the decode kernel elsewhere, and below M = 12; the preset's 64-row tiles past M = 16).
     const auto& device = matmul_gpu().capabilities();
     const bool taken = device.sm() == 90 && device.multiprocessor_count == 132;
-    std::vector<FastestCase> nodes = {
-        feature_case(DataType::Float16, 12, 4, 32, false, Bias::None, false, false, 27136, 256),
-        feature_case(DataType::BFloat16, 16, 4, 128, false, Bias::Plain, false, false, 27136, 1003),
-        feature_case(DataType::Float16, 13, 4, 16, false, Bias::Folded, false, false, 27100, 512),
-        feature_case(DataType::BFloat16, 32, 4, 64, false, Bias::PerToken, false, false, 27136, 512),
-        feature_case(DataType::Float16, 24, 4, 32, false, Bias::None, false, false, 27136, 1000),
-    };
-    nodes[2].f32_scales = true;
     std::uint64_t seed = 0x128e000ull;
-    for (const FastestCase& c : nodes) {
+    for (const FastestCase& c : wide_tile_cases(27136)) {
         CAPTURE(c.describe());
         check_prefill_run(c, seed++, 1, taken || c.m > 16 ? "nbits_prefill_fused" : nullptr);
+    }
+}
+
+TEST_CASE("the fused GEMM's 128-row tiles at M = 12..32 with K split over clusters of 2 (NBITS_PREFILL_WIDE_SPLIT) "
+          "meet the float64 oracle")
+{
+    // N = 14336: 112 column tiles of 128 rows, 224 CTAs split, four fifths of the H200's 264 CTA slots.
+    const auto& device = matmul_gpu().capabilities();
+    if (device.sm() != 90 || device.multiprocessor_count != 132) {
+        return;  // the rule counts the H200's slots
+    }
+    const ScopedEnv wide(ops::kPrefillWideSplitEnv, std::string("1"));
+    std::uint64_t seed = 0x31de5000ull;
+    for (const FastestCase& c : wide_tile_cases(14336)) {
+        CAPTURE(c.describe());
+        const std::optional<Outcome> ran = run_or_fail(c, seed++);
+        if (!ran) {
+            continue;
+        }
+        CAPTURE(ran->variant);
+        CAPTURE(ran->error.describe());
+        CHECK(ran->variant == "nbits_prefill_fused");
+        CHECK(ran->split_k == 2);
+        check_oracle_bounds(c, *ran);
     }
 }
 

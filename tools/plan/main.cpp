@@ -90,6 +90,7 @@ struct PlanOptions {
     std::optional<std::string> prefill_producer_warps;
     std::optional<std::string> prefill_tma;
     std::optional<std::string> prefill_tail_split;
+    std::optional<std::string> prefill_wide_split;
     std::optional<std::string> decode_programmatic;
     std::optional<std::string> decode_stages;
     std::optional<std::string> decode_tiles;
@@ -122,6 +123,7 @@ constexpr OverrideFlag kOverrideFlags[] = {
     {"prefill-producer-warps", "0|1|2|4", kPrefillProducerWarpsEnv, &PlanOptions::prefill_producer_warps},
     {"prefill-tma", "0|1", kPrefillTmaEnv, &PlanOptions::prefill_tma},
     {"prefill-tail-split", "0|1", kPrefillTailSplitEnv, &PlanOptions::prefill_tail_split},
+    {"prefill-wide-split", "0|1", kPrefillWideSplitEnv, &PlanOptions::prefill_wide_split},
     {"decode-pdl", "0|1", kDecodeProgrammaticEnv, &PlanOptions::decode_programmatic},
     {"decode-stages", "2..4", kDecodeStagesEnv, &PlanOptions::decode_stages},
     {"decode-tiles", "1|2", kDecodeTilesEnv, &PlanOptions::decode_tiles},
@@ -260,7 +262,7 @@ std::string plan_text(const PlanOptions& o)
                        &PlanOverrides::prefill_wgmma_tile_n, &PlanOverrides::prefill_wgmma_min_m,
                        &PlanOverrides::prefill_wgmma_tile_m,
                        &PlanOverrides::prefill_producer_warps, &PlanOverrides::prefill_tma,
-                       &PlanOverrides::prefill_tail_split,
+                       &PlanOverrides::prefill_tail_split, &PlanOverrides::prefill_wide_split,
                        &PlanOverrides::decode_programmatic, &PlanOverrides::decode_stages,
                        &PlanOverrides::decode_tiles, &PlanOverrides::decode_stage_acts,
                        &PlanOverrides::decode_col_warps, &PlanOverrides::prefill_chunk_columns,
