@@ -94,6 +94,8 @@ constexpr PrefillTiles kWgmmaWideTiles{256, 128, 64, 16, 1, 1, 4, 1, true};
 constexpr PrefillTiles kWgmmaTallTiles{128, 256, 64, 8, 1, 1, 5, 1, true};
 constexpr std::size_t kWgmmaMinM = 33;
 constexpr std::size_t kWgmmaMaxM = 256;
+// Past this M the wgmma GEMM fed by the tensor memory accelerator takes 256-token tiles (see wgmma_tiles).
+constexpr std::size_t kWgmmaTallMinM = 128;
 // Past kWgmmaMaxM the wgmma GEMM (128-token tiles) still beats dequantise + cuBLASLt up to this M where its grid
 // covers every CTA slot (see wgmma_prefill); the paired gate/up node, whose dequantised route takes two GEMMs and
 // a SwiGLU pass per chunk, up to the second, and past it while M x K stays below the third (see wgmma_max_m).
@@ -378,29 +380,62 @@ std::optional<int> wgmma_tile_m_override(const FastestRequest& fastest)
     return tokens == 128 || tokens == 256 ? tokens : std::nullopt;
 }
 
-// Whether the wgmma GEMM takes its k tiles by the tensor memory accelerator:
-// where the tensor maps can describe A and the weights (rows of whole 16
-// bytes, K % 8 == 0) and NBITS_PREFILL_TMA asks for it.
+// Whether the wgmma GEMM takes its k tiles by the tensor memory accelerator: where the tensor maps can describe A
+// and the weights (rows of whole 16 bytes, K % 8 == 0), on the tiles of 128 and 256 tokens by 128 weight rows
+// unless NBITS_PREFILL_TMA=0, on the others where NBITS_PREFILL_TMA=1. On the H200 (nbits-bench, fp16 int4 block
+// 32, one call on dbf76f6, cp.async against TMA, us): 128-token tiles Llama-3-8B up M = 128 41.87 -> 36.61, M = 256
+// 67.81 -> 58.00, M = 512 132.59 -> 114.66, Qwen2.5-7B up 58.80 / 88.64 / 140.37 -> 50.93 / 83.20 / 129.74,
+// Llama-3-70B up 133.70 / 256.96 / 448.18 -> 114.82 / 218.70 / 430.24, the paired Llama-3-8B gate/up M = 512 /
+// 1024 240.70 / 463.58 -> 215.15 / 407.18; the 64-token tiles (one producer warp) slower at M = 40 and 64 (8B up
+// 30.80 / 31.31 -> 34.43 / 35.14, Llama-3-70B up 107.49 / 101.41 -> 112.22 / 112.42).
 bool tma_feeds(const FastestRequest& fastest, const PrefillTiles& tiles)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
     const bool describable = config.k % 8 == 0 && config.k_blocks() * config.blob_size() % 16 == 0 &&
                              tiles.tile_m <= 256 && tiles.tile_n <= 256;
-    return describable && fastest.request.context.overrides.prefill_tma == 1;
+    const std::optional<int> forced = fastest.request.context.overrides.prefill_tma;
+    const bool measured = tiles.tile_m >= 128 && tiles.tile_n == 128;
+    return describable && (forced == 1 || (forced != 0 && measured));
+}
+
+std::size_t prefill_ctas(const FastestRequest& fastest, const PrefillTiles& tiles);
+
+// Whether a wgmma grid of `ctas` CTAs of `tiles` keeps enough of the device busy to beat dequantise + cuBLASLt:
+// three quarters of the SMs up to M = 256, every CTA slot past it (see wgmma_prefill).
+bool wgmma_grid_fills(const FastestRequest& fastest, const PrefillTiles& tiles, std::size_t ctas)
+{
+    const std::size_t sms = fastest.request.context.capabilities.multiprocessor_count;
+    if (fastest.m > kWgmmaMaxM) {
+        return ctas >= static_cast<std::size_t>(tiles.min_ctas) * sms;
+    }
+    return 4 * ctas >= 3 * sms;
 }
 
 // The wgmma GEMM's tiles: 64 tokens (wgmma m64n64k16) of 128 weight rows for M <= 64; above, 128 tokens of
 // 128 rows, or of 256 where NBITS_PREFILL_WGMMA_TILE_N asks for them, or 256 tokens of 128 rows where
-// NBITS_PREFILL_WGMMA_TILE_M does.
+// NBITS_PREFILL_WGMMA_TILE_M does or, past M = 128, where the tensor memory accelerator feeds them and their grid
+// fills the device (one CTA an SM, a warpgroup of producers). On the H200 (nbits-bench, fp16 int4 block 32, one
+// call on dbf76f6, TMA on 128-token tiles against TMA on 256-token tiles, us): Llama-3-8B up M = 256 58.00 ->
+// 46.11, M = 512 114.66 -> 88.78 (cuBLASLt dense 85.95), Qwen2.5-7B up 83.20 / 129.74 -> 79.49 / 118.32,
+// Llama-3-70B up 218.70 / 430.24 -> 167.55 / 339.58, the paired Llama-3-8B gate/up M = 512 / 1024 215.15 / 407.18
+// -> 189.22 / 327.33; at M = 128 slower (8B up 36.61 -> 56.77: half of each tile empty).
 PrefillTiles wgmma_tiles(const FastestRequest& fastest)
 {
     PrefillTiles tiles = kWgmmaTiles;
+    const PlanOverrides& overrides = fastest.request.context.overrides;
     if (fastest.m <= kWgmmaSmallTileM) {
         tiles.tile_m = static_cast<int>(kWgmmaSmallTileM);
-    } else if (fastest.request.context.overrides.prefill_wgmma_tile_n == 256) {
+    } else if (overrides.prefill_wgmma_tile_n == 256) {
         tiles = kWgmmaWideTiles;
     } else if (wgmma_tile_m_override(fastest) == 256) {
         tiles = kWgmmaTallTiles;
+    } else if (!wgmma_tile_m_override(fastest) && fastest.m > kWgmmaTallMinM && tma_feeds(fastest, kWgmmaTallTiles)) {
+        PrefillTiles tall = kWgmmaTallTiles;
+        tall.tma = true;
+        tall.producer_warps = 4;
+        if (wgmma_grid_fills(fastest, tall, prefill_ctas(fastest, tall))) {
+            tiles = kWgmmaTallTiles;
+        }
     }
     // A warpgroup of producer warps on the 64-token tiles, none on the 128-token ones, whose 64 accumulators a
     // thread need more registers than two CTAs an SM leave beside producer warps (one CTA an SM ran slower).
@@ -779,18 +814,23 @@ bool wgmma_prefill(const FastestRequest& fastest)
     const std::optional<int> lowered = fastest.request.context.overrides.prefill_wgmma_min_m;
     const std::size_t min_m =
         lowered && *lowered >= 17 && *lowered <= 65 ? static_cast<std::size_t>(*lowered) : kWgmmaMinM;
-    // NBITS_PREFILL_WGMMA_TILE_M lifts the upper bound.
-    const bool unbounded = wgmma_tile_m_override(fastest).has_value();
-    const std::size_t max_m = unbounded ? std::numeric_limits<std::size_t>::max() : wgmma_max_m(fastest);
-    if (device.compute_major != 9 || device.compute_minor != 0 || fastest.m < min_m || fastest.m > max_m) {
+    if (device.compute_major != 9 || device.compute_minor != 0 || fastest.m < min_m) {
         return false;
     }
+    // NBITS_PREFILL_WGMMA_TILE_M lifts the upper bound, and so do the 256-token tiles fed by the tensor memory
+    // accelerator, which beat dequantise + cuBLASLt at every M measured (M = 1024 / 2048, us: Llama-3-8B up 201.50
+    // / 350.10 -> 177.17 / 311.92, Qwen2.5-7B up 231.49 / 398.10 -> 194.72 / 353.63, Llama-3-70B up 792.51 /
+    // 1368.30 -> 606.10 / 1220.21, the paired Llama-3-8B gate/up at M = 2048 843.09 -> 652.35).
     const PrefillTiles tiles = wgmma_tiles(fastest);
-    const std::size_t ctas = prefill_ctas(fastest, tiles);
-    if (fastest.m > kWgmmaMaxM && !unbounded) {
-        return ctas >= static_cast<std::size_t>(tiles.min_ctas) * device.multiprocessor_count;
+    const bool unbounded = wgmma_tile_m_override(fastest).has_value() || (tiles.tile_m == 256 && tiles.tma);
+    if (!unbounded && fastest.m > wgmma_max_m(fastest)) {
+        return false;
     }
-    return 4 * ctas >= 3 * device.multiprocessor_count;
+    const std::size_t ctas = prefill_ctas(fastest, tiles);
+    if (wgmma_tile_m_override(fastest).has_value() && fastest.m > kWgmmaMaxM) {
+        return 4 * ctas >= 3 * device.multiprocessor_count;
+    }
+    return wgmma_grid_fills(fastest, tiles, ctas);
 }
 
 }  // namespace

@@ -28,6 +28,18 @@ test::Problem fastest(const NodeAttributes& attributes, test::Shapes shapes,
 }
 
 // `p` with one developer override of its plan context set.
+test::Problem with_override(test::Problem p, std::optional<int> PlanOverrides::*field, std::optional<int> value);
+
+// The plan where the tensor memory accelerator does not feed the sm_90 wgmma GEMM (NBITS_PREFILL_TMA=0), as for
+// a node whose rows the tensor maps cannot describe: cp.async tiles of 128 tokens, and dequantise + cuBLASLt past
+// the wgmma GEMM's M range.
+test::Problem without_tma(const NodeAttributes& attributes, test::Shapes shapes,
+                          const Capabilities& device = Capabilities::h200())
+{
+    return with_override(fastest(attributes, std::move(shapes), device), &PlanOverrides::prefill_tma, 0);
+}
+
+// `p` with one developer override of its plan context set.
 test::Problem with_override(test::Problem p, std::optional<int> PlanOverrides::*field, std::optional<int> value)
 {
     p.context.overrides.*field = value;
@@ -162,6 +174,77 @@ TEST_CASE("Fastest on sm_90 at M = 12..32: the fused GEMM's 128-row tiles where 
                          doctest::Contains("decode kernel needs"), Error);
 }
 
+TEST_CASE("Fastest prefill on sm_90: the tensor memory accelerator feeds the wgmma GEMM's 128-token tiles up to "
+          "M = 128 and 256-token tiles past it, at any M where their grid fills the device")
+{
+    struct Tiles {
+        std::string entry;
+        int tokens = 0;
+        bool tma = false;
+        std::string variant;
+        bool operator==(const Tiles& o) const
+        {
+            return entry == o.entry && tokens == o.tokens && tma == o.tma && variant == o.variant;
+        }
+    };
+    auto tiles_of = [](const test::Problem& problem) {
+        const LaunchPlan plan = problem.plan();
+        Tiles t;
+        t.variant = plan.variant;
+        for (const PlanStep& step : plan.steps) {
+            const auto* kernel = std::get_if<KernelStep>(&step);
+            if (kernel != nullptr && kernel->entry.rfind("nbits_prefill_g", 0) == 0) {
+                t.entry = kernel->entry;
+                for (const int tokens : {64, 128, 256}) {
+                    t.tokens = defines(*kernel, "NBITS_TILE_M=" + std::to_string(tokens)) ? tokens : t.tokens;
+                }
+                t.tma = defines(*kernel, "NBITS_TMA=1");
+            }
+        }
+        return t;
+    };
+    const std::string wgmma = "nbits_prefill_wgmma";
+    // Llama-3-8B up: cp.async on the 64-token tiles, TMA on 128 tokens at M = 128, on 256 past it, to any M.
+    CHECK(tiles_of(fastest(node(4096, 14336), rows(64))) == Tiles{"nbits_prefill_gemm", 64, false, wgmma});
+    CHECK(tiles_of(fastest(node(4096, 14336), rows(128))) == Tiles{"nbits_prefill_gemm_tma", 128, true, wgmma});
+    for (const std::size_t m : {129, 256, 512, 1024, 2048, 8192}) {
+        CAPTURE(m);
+        CHECK(tiles_of(fastest(node(4096, 14336), rows(m))) == Tiles{"nbits_prefill_gemm_tma", 256, true, wgmma});
+        CHECK(tiles_of(fastest(node(4096, 14336), rows(m, DataType::BFloat16))) ==
+              Tiles{"nbits_prefill_gemm_tma", 256, true, wgmma});
+    }
+    const KernelStep tall = test::kernel_step(fastest(node(4096, 14336), rows(2048)).plan(), 0);
+    CHECK(defines(tall, "NBITS_PRODUCER_WARPS=4"));
+    CHECK(defines(tall, "NBITS_MIN_CTAS=1"));
+    CHECK(tall.config.grid == Dim3{112, 8, 1});
+    CHECK(tall.config.block == Dim3{384, 1, 1});
+    // The paired node, int8 weights and zero points alike.
+    CHECK(tiles_of(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(2048))) ==
+          Tiles{"nbits_prefill_gate_up_tma", 256, true, wgmma});
+    test::Shapes zp = rows(512, DataType::BFloat16);
+    zp.zero_points = true;
+    CHECK(tiles_of(fastest(node(4096, 14336, 8, 128), zp)) == Tiles{"nbits_prefill_gemm_tma", 256, true, wgmma});
+    // Llama-3-8B qkv (48 column tiles): at M = 256 neither grid fills the device (dequantise + cuBLASLt), at
+    // M = 2048 the 256-token one does (384 CTAs).
+    CHECK(tiles_of(fastest(node(4096, 6144), rows(256))).variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(tiles_of(fastest(node(4096, 6144), rows(2048))) == Tiles{"nbits_prefill_gemm_tma", 256, true, wgmma});
+    // Where the 256-token grid is short of the SMs and the 128-token one is not: 128 tokens (70 column tiles at
+    // M = 200: 70 CTAs of 256 tokens, 140 of 128).
+    CHECK(tiles_of(fastest(node(4096, 8960), rows(200))) == Tiles{"nbits_prefill_gemm_tma", 128, true, wgmma});
+    // Rows the tensor maps cannot describe (K % 8 != 0), or NBITS_PREFILL_TMA=0: the cp.async tiles of 128 tokens
+    // and dequantise + cuBLASLt past M = 512.
+    CHECK(tiles_of(fastest(node(4100, 14336), rows(256))) == Tiles{"nbits_prefill_gemm", 128, false, wgmma});
+    CHECK(tiles_of(fastest(node(4100, 14336), rows(1024))).variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(tiles_of(without_tma(node(4096, 14336), rows(256))) == Tiles{"nbits_prefill_gemm", 128, false, wgmma});
+    CHECK(tiles_of(without_tma(node(4096, 14336), rows(2048))).variant == "nbits_prefill_dequantize_cublaslt");
+    // NBITS_PREFILL_WGMMA_TILE_M=128 keeps 128-token tiles, fed by TMA.
+    CHECK(tiles_of(with_override(fastest(node(4096, 14336), rows(512)), &PlanOverrides::prefill_wgmma_tile_m, 128)) ==
+          Tiles{"nbits_prefill_gemm_tma", 128, true, wgmma});
+    // Not on other GPUs.
+    CHECK(tiles_of(fastest(node(4096, 14336), rows(2048), Capabilities::a100())).variant ==
+          "nbits_prefill_dequantize_cublaslt");
+}
+
 TEST_CASE("Fastest on sm_90 with NBITS_PREFILL_WIDE_SPLIT: the 128-row tiles at M = 12..32 where their grid fills a "
           "round only with K split over clusters of 2")
 {
@@ -250,7 +333,7 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 32 < M <= 256 when its g
 {
     for (const std::size_t m : {65, 128, 200, 256}) {
         CAPTURE(m);
-        const LaunchPlan plan = fastest(node(4096, 14336), rows(m)).plan();
+        const LaunchPlan plan = without_tma(node(4096, 14336), rows(m)).plan();
         CHECK(plan.variant == "nbits_prefill_wgmma");
         REQUIRE(entries(plan) == std::vector<std::string>{"nbits_prefill_gemm"});
         const KernelStep& step = test::kernel_step(plan, 0);
@@ -272,29 +355,29 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 32 < M <= 256 when its g
         CHECK(plan.capture_safe);
     }
     // int8 weights make a stage of 25600 bytes: five would leave one CTA an SM, so four (2 x 104448 bytes fit).
-    const KernelStep int8 = test::kernel_step(fastest(node(4096, 14336, 8), rows(128)).plan(), 0);
+    const KernelStep int8 = test::kernel_step(without_tma(node(4096, 14336, 8), rows(128)).plan(), 0);
     CHECK(defines(int8, "NBITS_STAGES=4"));
     CHECK(int8.config.dynamic_shared_bytes == 103424);
     // Either side of the range: the mma.sync GEMM, the dequantised chunks; 33..64 on 64-token tiles (below).
-    CHECK(fastest(node(4096, 14336), rows(32)).plan().variant == "nbits_prefill_fused");
-    CHECK(fastest(node(4096, 14336), rows(33)).plan().variant == "nbits_prefill_wgmma");
-    CHECK(fastest(node(4096, 14336), rows(64)).plan().variant == "nbits_prefill_wgmma");
+    CHECK(without_tma(node(4096, 14336), rows(32)).plan().variant == "nbits_prefill_fused");
+    CHECK(without_tma(node(4096, 14336), rows(33)).plan().variant == "nbits_prefill_wgmma");
+    CHECK(without_tma(node(4096, 14336), rows(64)).plan().variant == "nbits_prefill_wgmma");
     // Past M = 256 while the grid covers the 264 CTA slots (two an SM), up to M = 512: Llama-3-8B up at M = 512
     // has 448 CTAs, Qwen2.5-7B qkv (36 column tiles) 144; the paired Llama-3-8B gate/up 896.
-    CHECK(test::kernel_step(fastest(node(4096, 14336), rows(257)).plan(), 0).config.grid == Dim3{112, 3, 1});
-    CHECK(test::kernel_step(fastest(node(4096, 14336), rows(512)).plan(), 0).config.grid == Dim3{112, 4, 1});
-    CHECK(fastest(node(4096, 14336), rows(513)).plan().variant == "nbits_prefill_dequantize_cublaslt");
-    CHECK(fastest(node(3584, 4608), rows(512)).plan().variant == "nbits_prefill_dequantize_cublaslt");
-    CHECK(fastest(node(3584, 4608), rows(256)).plan().variant == "nbits_prefill_dequantize_cublaslt");
-    const LaunchPlan paired_512 = fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(512)).plan();
+    CHECK(test::kernel_step(without_tma(node(4096, 14336), rows(257)).plan(), 0).config.grid == Dim3{112, 3, 1});
+    CHECK(test::kernel_step(without_tma(node(4096, 14336), rows(512)).plan(), 0).config.grid == Dim3{112, 4, 1});
+    CHECK(without_tma(node(4096, 14336), rows(513)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(without_tma(node(3584, 4608), rows(512)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(without_tma(node(3584, 4608), rows(256)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    const LaunchPlan paired_512 = without_tma(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(512)).plan();
     CHECK(paired_512.variant == "nbits_prefill_wgmma");
     CHECK(test::kernel_step(paired_512, 0).config.grid == Dim3{224, 4, 1});
     // The paired node up to M = 1024, past it while M x K < 2^23, then dequantised chunks: Llama-3-8B gate/up
     // (K = 4096) up to M = 2047, Llama-3-70B (K = 8192) to 1024, Qwen2.5-7B (K = 3584) to 2340.
     auto paired_route = [](std::size_t k, std::size_t n, std::size_t m) {
-        return fastest(test::marked(node(k, n), kGateUpSwigluAttr), rows(m)).plan().variant;
+        return without_tma(test::marked(node(k, n), kGateUpSwigluAttr), rows(m)).plan().variant;
     };
-    const LaunchPlan paired_1024 = fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(1024)).plan();
+    const LaunchPlan paired_1024 = without_tma(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(1024)).plan();
     CHECK(paired_1024.variant == "nbits_prefill_wgmma");
     CHECK(test::kernel_step(paired_1024, 0).config.grid == Dim3{224, 8, 1});
     CHECK(paired_route(4096, 14336, 2047) == "nbits_prefill_wgmma");
@@ -305,22 +388,22 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 32 < M <= 256 when its g
     CHECK(paired_route(3584, 18944, 2341) == "nbits_prefill_dequantize_cublaslt");
     // 48 column tiles (Llama-3-8B qkv): at M = 128 split over clusters of 4 (192 CTAs); at M = 256 (two row
     // tiles, not split) 96 CTAs leave too many of the 132 SMs idle.
-    CHECK(test::kernel_step(fastest(node(4096, 6144), rows(128)).plan(), 0).config.grid == Dim3{48, 1, 4});
-    CHECK(fastest(node(4096, 6144), rows(256)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(test::kernel_step(without_tma(node(4096, 6144), rows(128)).plan(), 0).config.grid == Dim3{48, 1, 4});
+    CHECK(without_tma(node(4096, 6144), rows(256)).plan().variant == "nbits_prefill_dequantize_cublaslt");
     // Compute capability 9.0 only: sm_80, sm_89 and sm_120 keep their routes.
     for (const Capabilities& device : {Capabilities::a100(), Capabilities::rtx4090(), Capabilities::rtx5090()}) {
         CAPTURE(device.name);
-        CHECK(fastest(node(4096, 14336), rows(128), device).plan().variant != "nbits_prefill_wgmma");
+        CHECK(without_tma(node(4096, 14336), rows(128), device).plan().variant != "nbits_prefill_wgmma");
     }
     // The paired gate/up node (64 output columns a CTA) and the RMS-norm prologue.
-    const LaunchPlan paired = fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(128)).plan();
+    const LaunchPlan paired = without_tma(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(128)).plan();
     CHECK(paired.variant == "nbits_prefill_wgmma");
     REQUIRE(entries(paired) == std::vector<std::string>{"nbits_prefill_gate_up"});
     CHECK(test::kernel_step(paired, 0).arch_specific);
     CHECK(test::kernel_step(paired, 0).config.grid == Dim3{224, 1, 1});
     test::Shapes normalized = rows(200);
     normalized.gamma = DataType::Float16;
-    const LaunchPlan norm = fastest(test::marked(node(4096, 14336), kRmsNormPrologueAttr), normalized).plan();
+    const LaunchPlan norm = without_tma(test::marked(node(4096, 14336), kRmsNormPrologueAttr), normalized).plan();
     CHECK(entries(norm) == std::vector<std::string>{"nbits_rmsnorm_rows", "nbits_prefill_gemm"});
     CHECK_FALSE(test::kernel_step(norm, 0).arch_specific);
     CHECK(test::kernel_step(norm, 1).arch_specific);
@@ -340,7 +423,7 @@ TEST_CASE("Fastest prefill split-K (NBITS_PREFILL_SPLIT_K): clusters along z on 
         return 1;
     };
     // Llama-3-8B up at M = 128: the wgmma GEMM, its 112 tiles each shared by 2 CTAs.
-    const LaunchPlan up = split(fastest(node(4096, 14336), rows(128)), 2).plan();
+    const LaunchPlan up = split(without_tma(node(4096, 14336), rows(128)), 2).plan();
     CHECK(up.variant == "nbits_prefill_wgmma");
     CHECK(test::kernel_step(up, 0).config.grid == Dim3{112, 1, 2});
     CHECK(split_of(test::kernel_step(up, 0)) == 2);
@@ -350,47 +433,47 @@ TEST_CASE("Fastest prefill split-K (NBITS_PREFILL_SPLIT_K): clusters along z on 
     // Split grids count when the routes ask whether the SMs fill: Llama-3-8B qkv (48 tiles) at M = 128 takes
     // dequantise + cuBLASLt unsplit, the mma.sync GEMM with 2 CTAs a tile (96 of 132 SMs), the wgmma GEMM with
     // 4 (192).
-    CHECK(split(fastest(node(4096, 6144), rows(128)), 1).plan().variant == "nbits_prefill_dequantize_cublaslt");
-    const LaunchPlan qkv2 = split(fastest(node(4096, 6144), rows(128)), 2).plan();
+    CHECK(split(without_tma(node(4096, 6144), rows(128)), 1).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    const LaunchPlan qkv2 = split(without_tma(node(4096, 6144), rows(128)), 2).plan();
     CHECK(qkv2.variant == "nbits_prefill_fused");
     CHECK(test::kernel_step(qkv2, 0).config.grid == Dim3{48, 1, 2});
-    const LaunchPlan qkv4 = split(fastest(node(4096, 6144), rows(128)), 4).plan();
+    const LaunchPlan qkv4 = split(without_tma(node(4096, 6144), rows(128)), 4).plan();
     CHECK(qkv4.variant == "nbits_prefill_wgmma");
     CHECK(test::kernel_step(qkv4, 0).config.grid == Dim3{48, 1, 4});
     // The paired node and the mma.sync GEMM at M <= 32.
-    const LaunchPlan paired = split(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(24)), 3).plan();
+    const LaunchPlan paired = split(without_tma(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(24)), 3).plan();
     CHECK(paired.variant == "nbits_prefill_fused");
     CHECK(test::kernel_step(paired, 0).entry == "nbits_prefill_gate_up");
     CHECK(test::kernel_step(paired, 0).config.grid.z == 3);
     CHECK(split_of(test::kernel_step(paired, 0)) == 3);
     // At most one k tile per CTA: K = 200 is 4 tiles of 64 in the wgmma GEMM, 1 of 256 in the M <= 32 preset.
-    CHECK(test::kernel_step(split(fastest(node(200, 14336), rows(128)), 8).plan(), 0).config.grid.z == 4);
-    const KernelStep one_tile = test::kernel_step(split(fastest(node(200, 14336), rows(20)), 8).plan(), 0);
+    CHECK(test::kernel_step(split(without_tma(node(200, 14336), rows(128)), 8).plan(), 0).config.grid.z == 4);
+    const KernelStep one_tile = test::kernel_step(split(without_tma(node(200, 14336), rows(20)), 8).plan(), 0);
     CHECK(one_tile.config.grid.z == 1);
     CHECK(split_of(one_tile) == 1);
     // The decode kernel and the dequantise route are not split.
-    CHECK(test::kernel_step(split(fastest(node(4096, 14336), rows(8)), 4).plan(), 0).config.grid.z == 1);
-    CHECK(entries(split(fastest(node(4096, 14336), rows(2048)), 4).plan())[0] == "nbits_dequantize");
+    CHECK(test::kernel_step(split(without_tma(node(4096, 14336), rows(8)), 4).plan(), 0).config.grid.z == 1);
+    CHECK(entries(split(without_tma(node(4096, 14336), rows(2048)), 4).plan())[0] == "nbits_dequantize");
     // Clusters need compute capability 9.0: sm_80 and sm_89 ignore it, sm_120 has them.
     for (const Capabilities& device : {Capabilities::a100(), Capabilities::rtx4090()}) {
         CAPTURE(device.name);
-        const KernelStep step = test::kernel_step(split(fastest(node(4096, 14336), rows(64), device), 4).plan(), 0);
+        const KernelStep step = test::kernel_step(split(without_tma(node(4096, 14336), rows(64), device), 4).plan(), 0);
         CHECK(step.config.grid.z == 1);
         CHECK(split_of(step) == 1);
     }
-    CHECK(test::kernel_step(split(fastest(node(4096, 14336), rows(64), Capabilities::rtx5090()), 4).plan(), 0)
+    CHECK(test::kernel_step(split(without_tma(node(4096, 14336), rows(64), Capabilities::rtx5090()), 4).plan(), 0)
               .config.grid.z == 4);
     // Values outside 1..8 set by hand (not through parse) are ignored: the measured split stays (2 here).
-    const KernelStep measured = test::kernel_step(fastest(node(4096, 14336), rows(128)).plan(), 0);
+    const KernelStep measured = test::kernel_step(without_tma(node(4096, 14336), rows(128)).plan(), 0);
     CHECK(measured.config.grid.z == 2);
     for (const int ignored : {0, -1, 9, 1 << 30}) {
         CAPTURE(ignored);
-        const KernelStep step = test::kernel_step(split(fastest(node(4096, 14336), rows(128)), ignored).plan(), 0);
+        const KernelStep step = test::kernel_step(split(without_tma(node(4096, 14336), rows(128)), ignored).plan(), 0);
         CHECK(step.config.grid == measured.config.grid);
         CHECK(step.defines == measured.defines);
     }
     // A split of 1 defines nothing: the unsplit kernel.
-    const KernelStep unsplit = test::kernel_step(split(fastest(node(4096, 14336), rows(128)), 1).plan(), 0);
+    const KernelStep unsplit = test::kernel_step(split(without_tma(node(4096, 14336), rows(128)), 1).plan(), 0);
     CHECK(unsplit.config.grid.z == 1);
     CHECK(split_of(unsplit) == 1);
     CHECK(std::none_of(unsplit.defines.begin(), unsplit.defines.end(),
@@ -556,20 +639,20 @@ TEST_CASE("the planned sm_90 wgmma steps assemble for sm_90a without spills and 
     test::Shapes bf16_512 = rows(512, DataType::BFloat16);
     bf16_512.zero_points = true;
     const std::vector<std::pair<const char*, test::Problem>> problems = {
-        {"TMA, fp16 int4 M = 64 (64-token tiles)", tma(fastest(node(4096, 14336), rows(64)))},
-        {"TMA, fp16 int4 M = 128", tma(fastest(node(4096, 14336), rows(128)))},
-        {"TMA, bf16 int4 zero points M = 512", tma(fastest(node(4096, 14336), bf16_512))},
-        {"TMA, paired gate/up int8 M = 256", tma(fastest(test::marked(node(4096, 14336, 8), kGateUpSwigluAttr), rows(256)))},
+        {"TMA, fp16 int4 M = 64 (64-token tiles)", tma(without_tma(node(4096, 14336), rows(64)))},
+        {"TMA, fp16 int4 M = 128", tma(without_tma(node(4096, 14336), rows(128)))},
+        {"TMA, bf16 int4 zero points M = 512", tma(without_tma(node(4096, 14336), bf16_512))},
+        {"TMA, paired gate/up int8 M = 256", tma(without_tma(test::marked(node(4096, 14336, 8), kGateUpSwigluAttr), rows(256)))},
         {"TMA, fp16 int4 M = 256, 256-row tiles",
-         with_override(tma(fastest(node(4096, 14336), rows(256))), &PlanOverrides::prefill_wgmma_tile_n, 256)},
-        {"TMA, fp16 int4 M = 512, 256-token tiles", tma(fastest(node(4096, 14336), rows(512)), 256)},
-        {"TMA, bf16 int4 zero points M = 512, 256-token tiles", tma(fastest(node(4096, 14336), bf16_512), 256)},
+         with_override(tma(without_tma(node(4096, 14336), rows(256))), &PlanOverrides::prefill_wgmma_tile_n, 256)},
+        {"TMA, fp16 int4 M = 512, 256-token tiles", tma(without_tma(node(4096, 14336), rows(512)), 256)},
+        {"TMA, bf16 int4 zero points M = 512, 256-token tiles", tma(without_tma(node(4096, 14336), bf16_512), 256)},
         {"TMA, paired gate/up int8 M = 1024, 256-token tiles",
-         tma(fastest(test::marked(node(4096, 14336, 8), kGateUpSwigluAttr), rows(1024)), 256)},
+         tma(without_tma(test::marked(node(4096, 14336, 8), kGateUpSwigluAttr), rows(1024)), 256)},
     };
     std::vector<std::pair<std::string, LaunchPlan>> plans;
     for (const Planned& p : planned) {
-        plans.emplace_back(p.name, fastest(p.attributes, p.shapes).plan());
+        plans.emplace_back(p.name, without_tma(p.attributes, p.shapes).plan());
     }
     for (const auto& [name, problem] : problems) {
         plans.emplace_back(name, problem.plan());
@@ -638,7 +721,7 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_M: 128 or 256 
         return with_override(std::move(p), &PlanOverrides::prefill_wgmma_tile_m, tokens);
     };
     // Llama-3-8B up at M = 512: 112 column tiles x 2 token tiles of 256, one CTA of two warpgroups an SM.
-    const LaunchPlan up = tall(fastest(node(4096, 14336), rows(512)), 256).plan();
+    const LaunchPlan up = tall(without_tma(node(4096, 14336), rows(512)), 256).plan();
     CHECK(up.variant == "nbits_prefill_wgmma");
     CHECK(up.scratch_bytes.empty());
     const KernelStep& step = test::kernel_step(up, 0);
@@ -651,19 +734,19 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_M: 128 or 256 
     // Five stages of 37888 bytes (4096 of weights, 32768 of activations, 1024 of scales) and 1024 to align.
     CHECK(step.config.dynamic_shared_bytes == 190464);
     // 128 keeps two CTAs an SM, also past M = 256.
-    const KernelStep wide = test::kernel_step(tall(fastest(node(4096, 14336), rows(2048)), 128).plan(), 0);
+    const KernelStep wide = test::kernel_step(tall(without_tma(node(4096, 14336), rows(2048)), 128).plan(), 0);
     CHECK(defines(wide, "NBITS_TILE_M=128"));
     CHECK(wide.config.grid == Dim3{112, 16, 1});
     // Unset or another value: M = 2048 takes dequantise + cuBLASLt, M <= 64 the 64-token tiles, other devices
     // no wgmma.
-    CHECK(fastest(node(4096, 14336), rows(2048)).plan().variant == "nbits_prefill_dequantize_cublaslt");
-    CHECK(tall(fastest(node(4096, 14336), rows(2048)), 512).plan().variant == "nbits_prefill_dequantize_cublaslt");
-    CHECK(defines(test::kernel_step(tall(fastest(node(4096, 14336), rows(64)), 256).plan(), 0), "NBITS_TILE_M=64"));
-    CHECK(tall(fastest(node(4096, 14336), rows(512), Capabilities::a100()), 256).plan().variant !=
+    CHECK(without_tma(node(4096, 14336), rows(2048)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(tall(without_tma(node(4096, 14336), rows(2048)), 512).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(defines(test::kernel_step(tall(without_tma(node(4096, 14336), rows(64)), 256).plan(), 0), "NBITS_TILE_M=64"));
+    CHECK(tall(without_tma(node(4096, 14336), rows(512), Capabilities::a100()), 256).plan().variant !=
           "nbits_prefill_wgmma");
     // The paired node: 64 gate and 64 up rows of 256 tokens.
     const LaunchPlan paired =
-        tall(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(1024)), 256).plan();
+        tall(without_tma(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(1024)), 256).plan();
     CHECK(paired.variant == "nbits_prefill_wgmma");
     CHECK(test::kernel_step(paired, 0).config.grid == Dim3{224, 4, 1});
 }
@@ -743,7 +826,7 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TMA: the copies' issuers 
     auto tma = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::prefill_tma, 1); };
     // Llama-3-8B up at M = 512 on 256-token tiles: the *_tma entry, a warpgroup of producers, one CTA an SM.
     const LaunchPlan up =
-        tma(with_override(fastest(node(4096, 14336), rows(512)), &PlanOverrides::prefill_wgmma_tile_m, 256)).plan();
+        tma(with_override(without_tma(node(4096, 14336), rows(512)), &PlanOverrides::prefill_wgmma_tile_m, 256)).plan();
     CHECK(up.variant == "nbits_prefill_wgmma");
     const KernelStep& step = test::kernel_step(up, 0);
     CHECK(step.entry == "nbits_prefill_gemm_tma");
@@ -766,7 +849,7 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TMA: the copies' issuers 
     CHECK((weights.box_width == 32 && weights.box_rows == 128 && !weights.swizzle_128b));
     // The paired node: a map of each weight set, 64 rows a box; bf16 activations; int8 rows of 64 bytes a tile.
     const KernelStep paired = test::kernel_step(
-        tma(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(1024, DataType::BFloat16))).plan(), 0);
+        tma(without_tma(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(1024, DataType::BFloat16))).plan(), 0);
     CHECK(paired.entry == "nbits_prefill_gate_up_tma");
     const std::size_t maps = paired.args.size() - 3;  // act_map, gate_map, up_map after the 10 parameters
     CHECK(std::get<TensorMapArg>(paired.args[maps]).element == TensorMapArg::Element::BFloat16);
@@ -774,7 +857,7 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TMA: the copies' issuers 
     CHECK(std::get<TensorMapArg>(paired.args[maps + 2]).base == std::get<BufferRef>(paired.args[4]));  // b_up
     CHECK(std::get<TensorMapArg>(paired.args[maps + 1]).box_rows == 64);
     CHECK(std::get<TensorMapArg>(paired.args[maps + 2]).box_rows == 64);
-    const KernelStep int8 = test::kernel_step(tma(fastest(node(4096, 14336, 8), rows(64))).plan(), 0);
+    const KernelStep int8 = test::kernel_step(tma(without_tma(node(4096, 14336, 8), rows(64))).plan(), 0);
     CHECK(int8.entry == "nbits_prefill_gemm_tma");
     CHECK(defines(int8, "NBITS_PRODUCER_WARPS=1"));
     CHECK(defines(int8, "NBITS_MIN_CTAS=2"));
@@ -782,7 +865,8 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TMA: the copies' issuers 
     CHECK(std::get<TensorMapArg>(int8.args.back()).box_width == 64);
     // The 128-token tiles: thread 0 issues the tensor copies, two CTAs an SM (the stages and their mbarriers);
     // NBITS_PREFILL_PRODUCER_WARPS=1 gives them a producer warp, one CTA an SM.
-    const KernelStep tokens128 = test::kernel_step(tma(fastest(node(4096, 14336), rows(512))).plan(), 0);
+    auto tokens = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::prefill_wgmma_tile_m, 128); };
+    const KernelStep tokens128 = test::kernel_step(tokens(tma(without_tma(node(4096, 14336), rows(512)))).plan(), 0);
     CHECK(tokens128.entry == "nbits_prefill_gemm_tma");
     CHECK(!sets(tokens128, "NBITS_PRODUCER_WARPS"));
     CHECK(defines(tokens128, "NBITS_MIN_CTAS=2"));
@@ -790,18 +874,20 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TMA: the copies' issuers 
     CHECK(tokens128.config.grid == Dim3{112, 4, 1});
     CHECK(tokens128.config.dynamic_shared_bytes == 108544 + 80);
     const KernelStep producer128 = test::kernel_step(
-        with_override(tma(fastest(node(4096, 14336), rows(512))), &PlanOverrides::prefill_producer_warps, 1).plan(), 0);
+        with_override(tokens(tma(without_tma(node(4096, 14336), rows(512)))), &PlanOverrides::prefill_producer_warps, 1)
+            .plan(),
+        0);
     CHECK(defines(producer128, "NBITS_PRODUCER_WARPS=1"));
     CHECK(defines(producer128, "NBITS_MIN_CTAS=1"));
     CHECK(producer128.config.block == Dim3{288, 1, 1});
     // Where a tensor map cannot describe A (K % 8 != 0), the cp.async copies; unset, 0, other GPUs: no maps.
-    CHECK(test::kernel_step(tma(fastest(node(4100, 14336), rows(512))).plan(), 0).entry.find("_tma") ==
+    CHECK(test::kernel_step(tma(without_tma(node(4100, 14336), rows(512))).plan(), 0).entry.find("_tma") ==
           std::string::npos);
-    CHECK(test::kernel_step(fastest(node(4096, 14336), rows(512)).plan(), 0).entry == "nbits_prefill_gemm");
-    CHECK(test::kernel_step(with_override(fastest(node(4096, 14336), rows(512)), &PlanOverrides::prefill_tma, 0).plan(),
+    CHECK(test::kernel_step(without_tma(node(4096, 14336), rows(512)).plan(), 0).entry == "nbits_prefill_gemm");
+    CHECK(test::kernel_step(with_override(without_tma(node(4096, 14336), rows(512)), &PlanOverrides::prefill_tma, 0).plan(),
                             0)
               .entry == "nbits_prefill_gemm");
-    for (const auto& planned : tma(fastest(node(4096, 14336), rows(512), Capabilities::a100())).plan().steps) {
+    for (const auto& planned : tma(without_tma(node(4096, 14336), rows(512), Capabilities::a100())).plan().steps) {
         if (const auto* kernel = std::get_if<KernelStep>(&planned)) {
             CHECK(kernel->entry.find("_tma") == std::string::npos);
         }
@@ -815,22 +901,22 @@ TEST_CASE("Fastest prefill on sm_90: producer warps on the 64-token wgmma tiles,
     };
     auto step_of = [](test::Problem p) { return test::kernel_step(p.plan(), 0); };
     // Llama-3-8B up at M = 64: a warpgroup of producer warps beside the two computing ones, two CTAs an SM.
-    const KernelStep small = step_of(fastest(node(4096, 14336), rows(64)));
+    const KernelStep small = step_of(without_tma(node(4096, 14336), rows(64)));
     CHECK(defines(small, "NBITS_PRODUCER_WARPS=4"));
     CHECK(defines(small, "NBITS_MIN_CTAS=2"));
     CHECK(small.config.block == Dim3{384, 1, 1});
     // At M = 128 none: the 128-token tile keeps two CTAs of 256 threads an SM.
-    const KernelStep large = step_of(fastest(node(4096, 14336), rows(128)));
+    const KernelStep large = step_of(without_tma(node(4096, 14336), rows(128)));
     CHECK_FALSE(sets(large, "NBITS_PRODUCER_WARPS"));
     CHECK(large.config.block == Dim3{256, 1, 1});
     CHECK(large.config.dynamic_shared_bytes == 108544);
     // The override: 0 turns them off, 1 and 2 take fewer; on the 128-token tile they cost the second CTA an SM.
-    const KernelStep off = step_of(producers(fastest(node(4096, 14336), rows(64)), 0));
+    const KernelStep off = step_of(producers(without_tma(node(4096, 14336), rows(64)), 0));
     CHECK_FALSE(sets(off, "NBITS_PRODUCER_WARPS"));
     CHECK(off.config.block == Dim3{256, 1, 1});
     CHECK(off.config.dynamic_shared_bytes == 67584);
-    CHECK(step_of(producers(fastest(node(4096, 14336), rows(64)), 2)).config.block == Dim3{320, 1, 1});
-    const KernelStep one = step_of(producers(fastest(node(4096, 14336), rows(128)), 1));
+    CHECK(step_of(producers(without_tma(node(4096, 14336), rows(64)), 2)).config.block == Dim3{320, 1, 1});
+    const KernelStep one = step_of(producers(without_tma(node(4096, 14336), rows(128)), 1));
     CHECK(defines(one, "NBITS_PRODUCER_WARPS=1"));
     CHECK(defines(one, "NBITS_MIN_CTAS=1"));
     CHECK(one.config.block == Dim3{288, 1, 1});
@@ -838,10 +924,10 @@ TEST_CASE("Fastest prefill on sm_90: producer warps on the 64-token wgmma tiles,
     // Values the kernel does not take are ignored; the mma.sync GEMM and other GPUs have none.
     for (const int ignored : {3, 8, -1}) {
         CAPTURE(ignored);
-        CHECK(step_of(producers(fastest(node(4096, 14336), rows(64)), ignored)).defines == small.defines);
+        CHECK(step_of(producers(without_tma(node(4096, 14336), rows(64)), ignored)).defines == small.defines);
     }
-    CHECK_FALSE(sets(step_of(producers(fastest(node(4096, 14336), rows(32)), 4)), "NBITS_PRODUCER_WARPS"));
-    const LaunchPlan a100 = producers(fastest(node(4096, 14336), rows(64), Capabilities::a100()), 4).plan();
+    CHECK_FALSE(sets(step_of(producers(without_tma(node(4096, 14336), rows(32)), 4)), "NBITS_PRODUCER_WARPS"));
+    const LaunchPlan a100 = producers(without_tma(node(4096, 14336), rows(64), Capabilities::a100()), 4).plan();
     for (const auto& planned : a100.steps) {
         if (const auto* kernel = std::get_if<KernelStep>(&planned)) {
             CHECK_FALSE(sets(*kernel, "NBITS_PRODUCER_WARPS"));
@@ -851,7 +937,7 @@ TEST_CASE("Fastest prefill on sm_90: producer warps on the 64-token wgmma tiles,
 
 TEST_CASE("Fastest prefill beyond M = 128: dequantised column chunks through cuBLASLt, scratch within 64 MiB")
 {
-    const LaunchPlan plan = fastest(node(4096, 14336), rows(2048)).plan();
+    const LaunchPlan plan = without_tma(node(4096, 14336), rows(2048)).plan();
     CHECK(plan.variant == "nbits_prefill_dequantize_cublaslt");
     // 48 MiB of weights per chunk: 6144 columns of K = 4096, three chunks for N = 14336.
     CHECK(entries(plan) == std::vector<std::string>{"nbits_dequantize", "cuBLASLt", "nbits_dequantize", "cuBLASLt",
@@ -884,21 +970,21 @@ TEST_CASE("Fastest prefill's dequantised chunks take the fewest waves of cuBLASL
     using Widths = std::vector<std::size_t>;
     // Llama-3-8B up at M = 2048: 24 tiles of 256 columns a chunk (3 waves of 16 x 24 tiles on 132 SMs), not the
     // 30 the budget holds (4 waves).
-    CHECK(gemm_widths(fastest(node(4096, 14336), rows(2048))) == Widths{6144, 6144, 2048});
-    CHECK(gemm_widths(fastest(node(4096, 14336), rows(1024))) == Widths{7680, 6656});
+    CHECK(gemm_widths(without_tma(node(4096, 14336), rows(2048))) == Widths{6144, 6144, 2048});
+    CHECK(gemm_widths(without_tma(node(4096, 14336), rows(1024))) == Widths{7680, 6656});
     // Qwen2.5-7B up: 33 tiles fill 4 waves exactly.
-    CHECK(gemm_widths(fastest(node(3584, 18944), rows(2048))) == Widths{8448, 8448, 2048});
+    CHECK(gemm_widths(without_tma(node(3584, 18944), rows(2048))) == Widths{8448, 8448, 2048});
     // Llama-3-70B up: one wave a chunk of 2048 columns at M = 2048; at M = 1024 the widest chunks, two waves each.
-    CHECK(gemm_widths(fastest(node(8192, 28672), rows(2048))) == Widths(14, 2048));
-    CHECK(gemm_widths(fastest(node(8192, 28672), rows(1024))) ==
+    CHECK(gemm_widths(without_tma(node(8192, 28672), rows(2048))) == Widths(14, 2048));
+    CHECK(gemm_widths(without_tma(node(8192, 28672), rows(1024))) ==
           Widths{3840, 3840, 3840, 3840, 3840, 3840, 3840, 1792});
     // Llama-3-8B down: two chunks of one wave instead of 2176 + 1920 columns, the first two waves at M = 2048.
-    CHECK(gemm_widths(fastest(node(14336, 4096), rows(2048))) == Widths{2048, 2048});
-    CHECK(gemm_widths(fastest(node(14336, 4096), rows(512))) == Widths{2048, 2048});
+    CHECK(gemm_widths(without_tma(node(14336, 4096), rows(2048))) == Widths{2048, 2048});
+    CHECK(gemm_widths(without_tma(node(14336, 4096), rows(512))) == Widths{2048, 2048});
     // The SMs count: the A100's 108 take a wave of 6 column tiles at M = 2048.
-    CHECK(gemm_widths(fastest(node(14336, 4096), rows(2048), Capabilities::a100())) == Widths{1536, 1536, 1024});
+    CHECK(gemm_widths(without_tma(node(14336, 4096), rows(2048), Capabilities::a100())) == Widths{1536, 1536, 1024});
     // A node whose weights fit the budget takes one chunk.
-    CHECK(gemm_widths(fastest(node(3584, 4608), rows(2048))) == Widths{4608});
+    CHECK(gemm_widths(without_tma(node(3584, 4608), rows(2048))) == Widths{4608});
 }
 
 TEST_CASE("Fastest prefill's dequantised chunks add a bias of one row, folded or not, in cuBLASLt's epilogue and a "
@@ -922,16 +1008,16 @@ TEST_CASE("Fastest prefill's dequantised chunks add a bias of one row, folded or
     test::Shapes biased = rows(2048);
     biased.bias = true;
     const Stages in_gemm(3, {true, false});
-    CHECK(bias_stages(fastest(node(4096, 14336), biased)) == in_gemm);
-    CHECK(bias_stages(fastest(test::marked(node(4096, 14336), kFoldedBiasAttr), biased)) == in_gemm);
-    test::Problem per_token = fastest(node(4096, 14336), biased);
+    CHECK(bias_stages(without_tma(node(4096, 14336), biased)) == in_gemm);
+    CHECK(bias_stages(without_tma(test::marked(node(4096, 14336), kFoldedBiasAttr), biased)) == in_gemm);
+    test::Problem per_token = without_tma(node(4096, 14336), biased);
     per_token.inputs[5] = test::desc(DataType::Float16, {2048, 14336});
     CHECK(bias_stages(per_token) == Stages(3, {false, true}));
 }
 
 TEST_CASE("the paired node's dequantised chunks keep the gate and up projections in fp32 for one rounding in SwiGLU")
 {
-    const LaunchPlan plan = fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(2048)).plan();
+    const LaunchPlan plan = without_tma(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(2048)).plan();
     REQUIRE(plan.variant == "nbits_prefill_dequantize_cublaslt");
     // Per chunk of 2048 columns (32 MiB of fp32 projections at M = 2048): dequantise and multiply the gate, the
     // same for up, then SwiGLU into Y.
@@ -959,16 +1045,17 @@ TEST_CASE("the paired node's dequantised chunks keep the gate and up projections
     CHECK(std::get<BufferRef>(swiglu.args[2]) == BufferRef::output(0));
     CHECK(plan.workspace_bytes() <= 64u << 20);
     // The unpaired node's GEMMs write Y in its own dtype.
-    const LaunchPlan unpaired = fastest(node(4096, 14336), rows(2048)).plan();
+    const LaunchPlan unpaired = without_tma(node(4096, 14336), rows(2048)).plan();
     CHECK_FALSE(std::get<GemmStep>(unpaired.steps[1]).y_dtype.has_value());
 }
 
 TEST_CASE("Fastest prefill's dequantised chunks narrow to NBITS_PREFILL_CHUNK_COLUMNS (64..1048576), never past the budget")
 {
     auto chunked = [](const std::optional<std::string>& text) {
-        test::Problem p = fastest(node(4096, 14336), rows(2048));
+        test::Problem p = without_tma(node(4096, 14336), rows(2048));
         p.context.overrides =
-            text ? PlanOverrides::parse({{kPrefillChunkColumnsEnv, *text}}) : PlanOverrides::parse({});
+            text ? PlanOverrides::parse({{kPrefillChunkColumnsEnv, *text}, {kPrefillTmaEnv, "0"}})
+                 : PlanOverrides::parse({{kPrefillTmaEnv, "0"}});
         return gemm_widths(p);
     };
     CHECK(chunked(std::nullopt) == std::vector<std::size_t>{6144, 6144, 2048});
@@ -1018,9 +1105,9 @@ TEST_CASE("Fastest scratch stays within 64 MiB whatever the shape")
 TEST_CASE("Fastest prefill of the paired gate/up node: one fused kernel, or chunks with a SwiGLU epilogue")
 {
     const NodeAttributes paired = test::marked(node(4096, 14336), kGateUpSwigluAttr);
-    const LaunchPlan small = fastest(paired, rows(32)).plan();
+    const LaunchPlan small = without_tma(paired, rows(32)).plan();
     CHECK(entries(small) == std::vector<std::string>{"nbits_prefill_gate_up"});
-    const LaunchPlan large = fastest(paired, rows(2048)).plan();
+    const LaunchPlan large = without_tma(paired, rows(2048)).plan();
     const std::vector<std::string> names = entries(large);
     REQUIRE(names.size() >= 5);
     CHECK(std::vector<std::string>(names.begin(), names.begin() + 5) ==
