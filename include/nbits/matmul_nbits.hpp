@@ -122,18 +122,21 @@ struct PlanOverrides {
     // 1: the sm_90 wgmma GEMM's k tiles come by the tensor memory accelerator
     // (one thread or its producers issuing a tensor copy of the activations
     // and one of each weight set a k tile) where K and the weight rows allow
-    // it; 0: by cp.async. Unset: cp.async (not yet measured).
+    // it, on every tile height; 0: by cp.async, on 128-token tiles up to
+    // M = 512. Unset: by the tensor memory accelerator on 128-token tiles up
+    // to M = 128 and 256-token tiles past it (measured faster), by cp.async on
+    // the 64-token ones.
     std::optional<int> prefill_tma;
     // 1: where the sm_90 wgmma GEMM's grid ends in a partial wave of CTAs, a
     // first launch takes the column tiles of the whole waves and a second the
     // rest with their K split over clusters of 2 to 4 CTAs, as many as make
-    // that tail shortest; 0: one launch. Unset: one launch (not yet measured).
+    // that tail shortest; 0: one launch. Unset: one launch (measured slower).
     std::optional<int> prefill_tail_split;
     // 1: on sm_90 at M = 12..32, a node whose 128-row tiles of the fused
     // GEMM fill at least four fifths of one round of CTAs only when their K
     // is split over clusters of 2 takes those tiles so split, instead of the
     // decode kernel (M <= 16) or the 64-row tiles; 0: the plan's rule. Unset:
-    // the plan's rule (not yet measured).
+    // the plan's rule (the split measured no faster).
     std::optional<int> prefill_wide_split;
     // Columns of the weights Fastest's dequantise + cuBLASLt route
     // dequantises and multiplies at a time (64..1048576, rounded down to

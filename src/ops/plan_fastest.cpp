@@ -5,10 +5,12 @@
 //                   (tensor cores for fp16/bf16, CUDA cores for fp32)
 //   16 < M <= 128   matmul_prefill.cu: fused dequantising tensor-core GEMM (past M = 64
 //                   only when its grid fills half the SMs)
-//   32 < M <= 512   on sm_90: the same GEMM on warpgroup MMA (wgmma, compute_90a; tiles of
-//                   64 tokens up to M = 64, of 128 above) when its grid fills three quarters
-//                   of the SMs (past M = 256: every CTA slot; the paired node up to 1024, and on
-//                   while M x K < 2^23)
+//   M > 32          on sm_90: the same GEMM on warpgroup MMA (wgmma, compute_90a; tiles of
+//                   64 tokens up to M = 64, of 128 up to M = 128 and of 256 past it, those two
+//                   fed by the tensor memory accelerator) when its grid fills three quarters
+//                   of the SMs (past M = 256: every CTA slot); without the tensor memory
+//                   accelerator 128-token tiles up to M = 512 (the paired node up to 1024, and
+//                   on while M x K < 2^23)
 //   otherwise       matmul_prefill.cu: dequantise chunks of columns into scratch, then cuBLASLt
 // The decode path is plan_fastest_decode.cpp, the others
 // plan_fastest_prefill.cpp.
