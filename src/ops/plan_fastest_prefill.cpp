@@ -818,11 +818,14 @@ bool wgmma_prefill(const FastestRequest& fastest)
         return false;
     }
     // NBITS_PREFILL_WGMMA_TILE_M lifts the upper bound, and so do the 256-token tiles fed by the tensor memory
-    // accelerator, which beat dequantise + cuBLASLt at every M measured (M = 1024 / 2048, us: Llama-3-8B up 201.50
-    // / 350.10 -> 177.17 / 311.92, Qwen2.5-7B up 231.49 / 398.10 -> 194.72 / 353.63, Llama-3-70B up 792.51 /
-    // 1368.30 -> 606.10 / 1220.21, the paired Llama-3-8B gate/up at M = 2048 843.09 -> 652.35).
+    // accelerator where one row of them covers three quarters of the SMs, the nodes on which they beat dequantise
+    // + cuBLASLt at every M measured (112 to 224 column tiles; M = 1024 / 2048, us: Llama-3-8B up 201.50 / 350.10
+    // -> 177.17 / 311.92, Qwen2.5-7B up 231.49 / 398.10 -> 194.72 / 353.63, Llama-3-70B up 792.51 / 1368.30 ->
+    // 606.10 / 1220.21, the paired Llama-3-8B gate/up at M = 2048 843.09 -> 652.35). Narrower nodes keep the bound.
     const PrefillTiles tiles = wgmma_tiles(fastest);
-    const bool unbounded = wgmma_tile_m_override(fastest).has_value() || (tiles.tile_m == 256 && tiles.tma);
+    const std::size_t column_tiles = prefill_output_tiles(fastest, tiles) / div_ceil(fastest.m, tiles.tile_m);
+    const bool wide_tall = tiles.tile_m == 256 && tiles.tma && 4 * column_tiles >= 3 * device.multiprocessor_count;
+    const bool unbounded = wgmma_tile_m_override(fastest).has_value() || wide_tall;
     if (!unbounded && fastest.m > wgmma_max_m(fastest)) {
         return false;
     }

@@ -224,10 +224,15 @@ TEST_CASE("Fastest prefill on sm_90: the tensor memory accelerator feeds the wgm
     test::Shapes zp = rows(512, DataType::BFloat16);
     zp.zero_points = true;
     CHECK(tiles_of(fastest(node(4096, 14336, 8, 128), zp)) == Tiles{"nbits_prefill_gemm_tma", 256, true, wgmma});
-    // Llama-3-8B qkv (48 column tiles): at M = 256 neither grid fills the device (dequantise + cuBLASLt), at
-    // M = 2048 the 256-token one does (384 CTAs).
+    // Llama-3-8B qkv (48 column tiles): at M = 256 neither grid fills the device (dequantise + cuBLASLt); at
+    // M = 512 the 128-token grid alone would (192 CTAs) but is short of the slots; past M = 512 the bound stands
+    // for a node whose row of tiles covers less than three quarters of the SMs.
     CHECK(tiles_of(fastest(node(4096, 6144), rows(256))).variant == "nbits_prefill_dequantize_cublaslt");
-    CHECK(tiles_of(fastest(node(4096, 6144), rows(2048))) == Tiles{"nbits_prefill_gemm_tma", 256, true, wgmma});
+    CHECK(tiles_of(fastest(node(4096, 6144), rows(512))).variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(tiles_of(fastest(node(4096, 6144), rows(2048))).variant == "nbits_prefill_dequantize_cublaslt");
+    // Llama-3-70B qkv (80 column tiles, 0.6 of the SMs) too; Qwen2.5-7B up (148) takes them at any M.
+    CHECK(tiles_of(fastest(node(8192, 10240), rows(1024))).variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(tiles_of(fastest(node(3584, 18944), rows(4096))) == Tiles{"nbits_prefill_gemm_tma", 256, true, wgmma});
     // Where the 256-token grid is short of the SMs and the 128-token one is not: 128 tokens (70 column tiles at
     // M = 200: 70 CTAs of 256 tokens, 140 of 128).
     CHECK(tiles_of(fastest(node(4096, 8960), rows(200))) == Tiles{"nbits_prefill_gemm_tma", 128, true, wgmma});

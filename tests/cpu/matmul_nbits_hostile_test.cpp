@@ -130,18 +130,13 @@ TEST_CASE("a prefill too long for one plan's launches is refused or left to the 
     f16_node.context.policy = KernelPolicy::Fastest;
     CHECK(error_message(f16_node) == original);
 
-    // A long prompt still plans nbits' kernels, in far fewer launches than the bound: the wgmma GEMM fed by the
-    // tensor memory accelerator after each pass of normalized rows, or dequantise + cuBLASLt without it.
+    // A long prompt still plans nbits' kernels, in far fewer launches than the bound.
     test::Problem prompt = problem(attributes, shapes(32768, DataType::BFloat16));
     prompt.context.policy = KernelPolicy::Fastest;
-    for (const int tma : {1, 0}) {
-        CAPTURE(tma);
-        prompt.context.overrides.prefill_tma = tma;
-        const LaunchPlan plan = prompt.plan();
-        CHECK(plan.variant == (tma == 1 ? "nbits_prefill_wgmma" : "nbits_prefill_dequantize_cublaslt"));
-        CHECK(plan.steps.size() > 64);
-        CHECK(plan.steps.size() < 65536);
-    }
+    const LaunchPlan plan = prompt.plan();
+    CHECK(plan.variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(plan.steps.size() > 64);
+    CHECK(plan.steps.size() < 65536);
 }
 
 TEST_CASE("a K whose weight chunk outgrows Fastest's scratch budget leaves the node to the original's path")
