@@ -228,6 +228,8 @@ TEST_CASE("Fastest prefill on sm_90: the tensor memory accelerator feeds the wgm
     // M = 512 the 128-token grid alone would (192 CTAs) but is short of the slots; past M = 512 the bound stands
     // for a node whose row of tiles covers less than three quarters of the SMs.
     CHECK(tiles_of(fastest(node(4096, 6144), rows(256))).variant == "nbits_prefill_dequantize_cublaslt");
+    // Nor does a grid that fills it only with K split (Llama-3-8B o at M = 256: 32 column tiles split 4).
+    CHECK(tiles_of(fastest(node(4096, 4096), rows(256))).variant == "nbits_prefill_dequantize_cublaslt");
     CHECK(tiles_of(fastest(node(4096, 6144), rows(512))).variant == "nbits_prefill_dequantize_cublaslt");
     CHECK(tiles_of(fastest(node(4096, 6144), rows(2048))).variant == "nbits_prefill_dequantize_cublaslt");
     // Llama-3-70B qkv (80 column tiles, 0.6 of the SMs) too; Qwen2.5-7B up (148) takes them at any M.

@@ -503,10 +503,12 @@ bool runs_wgmma()
 
 // Runs each node on the sm_90 wgmma GEMM under the caller's overrides, unsplit and every other one split
 // over clusters of 2 (both forced: the plan's own rule may split either), against the float64 oracle. With
-// `tma` (NBITS_PREFILL_TMA set) the tensor memory accelerator feeds it where tensor maps can describe A and the
-// weights (K % 8 == 0, weight rows of whole 16 bytes), never otherwise.
+// `tma` (NBITS_PREFILL_TMA=1 set by the caller) the tensor memory accelerator feeds it where tensor maps can
+// describe A and the weights (K % 8 == 0, weight rows of whole 16 bytes); without, cp.async does everywhere
+// (NBITS_PREFILL_TMA=0 here), so that those tiles keep their own cases.
 void check_wgmma_nodes(const std::vector<FastestCase>& nodes, std::uint64_t seed, bool tma = false)
 {
+    const ScopedEnv copies(ops::kPrefillTmaEnv, tma ? std::optional<std::string>("1") : std::optional<std::string>("0"));
     for (std::size_t i = 0; i < nodes.size(); ++i) {
         const FastestCase& c = nodes[i];
         CAPTURE(c.describe());
