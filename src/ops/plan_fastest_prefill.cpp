@@ -297,13 +297,17 @@ TensorMapArg weight_map(const FastestRequest& fastest, BufferRef packed, const P
     return map;
 }
 
-// Output tiles of a fused GEMM grid with `tiles` over the node's M rows:
-// column tiles (half as many columns a CTA for the paired node) x row tiles.
-std::size_t prefill_output_tiles(const FastestRequest& fastest, const PrefillTiles& tiles)
+// Column tiles of a fused GEMM grid with `tiles` (half as many columns a CTA for the paired node).
+std::size_t prefill_column_tiles(const FastestRequest& fastest, const PrefillTiles& tiles)
 {
     const std::size_t columns_per_cta = static_cast<std::size_t>(fastest.up != nullptr ? tiles.tile_n / 2 : tiles.tile_n);
-    return div_ceil(fastest.request.config.n, columns_per_cta) *
-           div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m));
+    return div_ceil(fastest.request.config.n, columns_per_cta);
+}
+
+// Output tiles of a fused GEMM grid with `tiles` over the node's M rows: column tiles x row tiles.
+std::size_t prefill_output_tiles(const FastestRequest& fastest, const PrefillTiles& tiles)
+{
+    return prefill_column_tiles(fastest, tiles) * div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m));
 }
 
 // The split the H200 measured fastest for a grid of `output_tiles` short of
@@ -430,12 +434,9 @@ PrefillTiles wgmma_tiles(const FastestRequest& fastest)
     } else if (wgmma_tile_m_override(fastest) == 256) {
         tiles = kWgmmaTallTiles;
     } else if (!wgmma_tile_m_override(fastest) && fastest.m > kWgmmaTallMinM && tma_feeds(fastest, kWgmmaTallTiles)) {
-        PrefillTiles tall = kWgmmaTallTiles;
-        tall.tma = true;
-        tall.producer_warps = 4;
         // Unsplit: with its K split the grid of a narrow node (Llama-3-8B o at M = 256, 32 column tiles split 4)
         // took 42.18 us against 31.46 dequantised.
-        if (wgmma_grid_fills(fastest, tall, prefill_output_tiles(fastest, tall))) {
+        if (wgmma_grid_fills(fastest, kWgmmaTallTiles, prefill_output_tiles(fastest, kWgmmaTallTiles))) {
             tiles = kWgmmaTallTiles;
         }
     }
@@ -825,17 +826,15 @@ bool wgmma_prefill(const FastestRequest& fastest)
     // -> 177.17 / 311.92, Qwen2.5-7B up 231.49 / 398.10 -> 194.72 / 353.63, Llama-3-70B up 792.51 / 1368.30 ->
     // 606.10 / 1220.21, the paired Llama-3-8B gate/up at M = 2048 843.09 -> 652.35). Narrower nodes keep the bound.
     const PrefillTiles tiles = wgmma_tiles(fastest);
-    const std::size_t column_tiles = prefill_output_tiles(fastest, tiles) / div_ceil(fastest.m, tiles.tile_m);
-    const bool wide_tall = tiles.tile_m == 256 && tiles.tma && 4 * column_tiles >= 3 * device.multiprocessor_count;
-    const bool unbounded = wgmma_tile_m_override(fastest).has_value() || wide_tall;
-    if (!unbounded && fastest.m > wgmma_max_m(fastest)) {
+    const bool overridden = wgmma_tile_m_override(fastest).has_value();
+    const bool wide_tall = tiles.tile_m == 256 && tiles.tma &&
+                           4 * prefill_column_tiles(fastest, tiles) >= 3 * device.multiprocessor_count;
+    if (!overridden && !wide_tall && fastest.m > wgmma_max_m(fastest)) {
         return false;
     }
+    // The override's grid needs three quarters of the SMs at any M.
     const std::size_t ctas = prefill_ctas(fastest, tiles);
-    if (wgmma_tile_m_override(fastest).has_value() && fastest.m > kWgmmaMaxM) {
-        return 4 * ctas >= 3 * device.multiprocessor_count;
-    }
-    return wgmma_grid_fills(fastest, tiles, ctas);
+    return overridden ? 4 * ctas >= 3 * device.multiprocessor_count : wgmma_grid_fills(fastest, tiles, ctas);
 }
 
 }  // namespace
