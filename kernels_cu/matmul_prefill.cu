@@ -13,6 +13,10 @@
 //                          paired node in one CTA: y = silu(gate) * up
 //   nbits_prefill_gemm_tma, nbits_prefill_gate_up_tma  the two with NBITS_TMA,
 //                          taking the tensor maps of A and the weights
+//   nbits_prefill_gemm_stream_k  nbits_prefill_gemm_tma over a stream-K grid
+//                          (NBITS_STREAM_K), taking a scratch of partial
+//                          tiles and their flags
+//   nbits_zero_words       zeroes the stream-K flags before each run
 //   nbits_dequantize       W[n_count, K] of act_t for columns n_begin.., for
 //                          the dequantise + cuBLASLt route of large M
 //   nbits_rmsnorm_rows     A'[r, k] = A[r, k] * inv_std[r] * gamma[k]
@@ -88,6 +92,11 @@
 //                          mbarrier; the scales and zero points by cp.async
 //                          (the producers', arriving on that barrier too,
 //                          or every thread's, waited for as without TMA)
+//   NBITS_STREAM_K   [0]   1 (entry nbits_prefill_gemm_stream_k, NBITS_TMA
+//                          with 4 producer warps, one weight set, no split-K):
+//                          the grid's CTAs share the output tiles' k tiles
+//                          evenly (see stream_k_gemm) instead of taking one
+//                          tile each
 //   NBITS_NORM_THREADS [256], NBITS_DEQ_THREADS [256], NBITS_DEQ_UNITS [4]
 // Constraints (static_assert): TILE_N / WARPS_N % 16 == 0, TILE_M / WARPS_M
 // % 8 == 0, UNITS = TILE_K / WARPS_K / 32 in {1, 2, 4}, 8 * UNITS <=
@@ -99,6 +108,11 @@
 //   nbits_prefill_gate_up  grid (ceil(N / (TILE_N / 2)), ceil(M / TILE_M),
 //                          SPLIT_K), block THREADS, dynamic smem SMEM
 //   (*_tma alike; grid x less FIRST_COLUMN_TILE, or fewer column tiles)
+//   nbits_prefill_gemm_stream_k  grid G <= the CTAs resident at once and <= the
+//                          units (output tiles x k tiles), block THREADS, SMEM;
+//                          partials G * THREADS * TILE_M / 2 floats, flags G
+//                          words zeroed before the launch
+//   nbits_zero_words       any grid, block any
 //   nbits_dequantize       grid ceil(n_count * ceil(K / 8) / (DEQ_THREADS *
 //                          DEQ_UNITS)), block DEQ_THREADS, no dynamic smem
 //   nbits_rmsnorm_rows     grid rows, block NORM_THREADS, no dynamic smem
@@ -188,6 +202,9 @@
 #endif
 #ifndef NBITS_TMA
 #define NBITS_TMA 0
+#endif
+#ifndef NBITS_STREAM_K
+#define NBITS_STREAM_K 0
 #endif
 #ifndef NBITS_NORM_THREADS
 #define NBITS_NORM_THREADS 256
@@ -1283,22 +1300,23 @@ __device__ __forceinline__ void prefetch_tensor_maps(const WeightSource<kPaired>
 // its stage is free, the first issues the tensor copies of the activation
 // tile (128B-swizzled, as wgmma reads it) and of the weight rows (one box a
 // weight set), and all copy the scales and zero points as the cp.async
-// producers do.
+// producers do: k tiles first .. first + count - 1, after `issued` tiles
+// through the ring (`ring`: the stage of the next one and the parity of its
+// empty barrier's previous phase); the first call also prefetches the
+// tensor maps.
 template <bool kPaired>
 __device__ __forceinline__ void produce_by_tma(u8* smem, const u32 smem_base, const u32 full, const u32 empty,
     const int first, const int count, const act_t* __restrict__ a, const WeightSource<kPaired>& src, const int m,
-    const int m0)
+    const int m0, StageRing& ring, int& issued)
 {
     const int producer = (int)threadIdx.x - kThreads;
     const StageLoader<kProducers, kPaired> loader(a, src, m, m0, producer);
-    if (producer == 0) {
+    if (producer == 0 && issued == 0) {
         prefetch_tensor_maps(src);
     }
-    StageRing ring;  // stage of tile i and the parity of its empty barrier's previous phase
-    ring.parity = 1;
 #pragma unroll 1
     for (int i = 0; i < count; ++i) {
-        if (i >= kStages) {
+        if (issued + i >= kStages) {
             mbarrier_wait(empty + 8 * ring.stage, ring.parity);
         }
         const u32 stage = smem_base + ring.stage * kStageBytes;
@@ -1311,6 +1329,45 @@ __device__ __forceinline__ void produce_by_tma(u8* smem, const u32 smem_base, co
             tensor_copies(stage, bar, tile, src, m0);
         }
         ring.advance();
+    }
+    issued += count;
+}
+
+// The stages' full and empty mbarriers of the warp-specialised pipeline, initialised before any thread uses them.
+__device__ __forceinline__ void init_stage_barriers(const u32 full, const u32 empty)
+{
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < kStages; ++s) {
+            mbarrier_init(full + 8 * s, kTma ? kTmaFullArrivals : kProducers);
+            mbarrier_init(empty + 8 * s, kThreads);
+        }
+        if (kTma) {
+            fence_mbarrier_init();
+        }
+    }
+    __syncthreads();
+}
+
+// The computing warps' side of the warp-specialised pipeline over k tiles first .. first + count - 1, `consumed`
+// tiles after the ring's start: `ring` is the stage and full-barrier parity of the next tile, `released` the stage
+// of the tile two before it, whose stage the next tile reports free (compute leaves only its tile's last wgmma
+// in flight).
+template <class Compute>
+__device__ __forceinline__ void consume_k_tiles(const u32 smem_base, const u32 full, const u32 empty,
+    const int first, const int count, StageRing& ring, StageRing& released, int& consumed, Compute compute)
+{
+#pragma unroll 1
+    for (int i = 0; i < count; ++i, ++consumed) {
+        if (consumed > 1) {
+            mbarrier_arrive(empty + 8 * released.stage);
+        }
+        mbarrier_wait(full + 8 * ring.stage, ring.parity);
+        // The copies (generic proxy) become visible to wgmma (async proxy).
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        compute(ring.stage, smem_base + ring.stage * kStageBytes, first + i);
+        ring.advance();
+        released.advance();
     }
 }
 
@@ -1336,20 +1393,13 @@ __device__ __forceinline__ void produced_k_tiles(u8* smem, const u32 smem_base, 
     const u32 full = smem_base + kPipelineBytes;
     const u32 empty = full + 8 * kStages;
     const int tid = (int)threadIdx.x;
-    if (tid == 0) {
-#pragma unroll
-        for (int s = 0; s < kStages; ++s) {
-            mbarrier_init(full + 8 * s, kTma ? kTmaFullArrivals : kProducers);
-            mbarrier_init(empty + 8 * s, kThreads);
-        }
-        if (kTma) {
-            fence_mbarrier_init();
-        }
-    }
-    __syncthreads();
+    init_stage_barriers(full, empty);
     if (kTma && tid >= kThreads) {
         set_max_registers<false, kProducerRegisters>();
-        produce_by_tma(smem, smem_base, full, empty, first, count, a, src, m, m0);
+        StageRing ring;  // stage of tile i and the parity of its empty barrier's previous phase
+        ring.parity = 1;
+        int issued = 0;
+        produce_by_tma(smem, smem_base, full, empty, first, count, a, src, m, m0, ring, issued);
         set_max_registers<true, kLaunchRegisters>();
     } else if (tid >= kThreads) {
         const StageLoader<kProducers, kPaired> loader(a, src, m, m0, tid - kThreads);
@@ -1379,23 +1429,12 @@ __device__ __forceinline__ void produced_k_tiles(u8* smem, const u32 smem_base, 
             mbarrier_arrive(full + 8 * (i % kStages));
         }
     } else {
-        // Stage and full-barrier parity of tile i, and the stage of tile i - 2.
         StageRing ring;
         StageRing released;
         released.stage = kStages - 2;
+        int consumed = 0;
         set_max_registers<true, kConsumerRegisters>();
-#pragma unroll 1
-        for (int i = 0; i < count; ++i) {
-            if (i > 1) {
-                mbarrier_arrive(empty + 8 * released.stage);
-            }
-            mbarrier_wait(full + 8 * ring.stage, ring.parity);
-            // The copies (generic proxy) become visible to wgmma (async proxy).
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            compute(ring.stage, smem_base + ring.stage * kStageBytes, first + i);
-            ring.advance();
-            released.advance();
-        }
+        consume_k_tiles(smem_base, full, empty, first, count, ring, released, consumed, compute);
         wgmma_wait<0>();
         set_max_registers<false, kLaunchRegisters>();
     }
@@ -1671,13 +1710,15 @@ using namespace nbits_prefill;
 #endif
 
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm || NBITS_ENTRY_nbits_prefill_gate_up || \
-    NBITS_ENTRY_nbits_prefill_gemm_tma || NBITS_ENTRY_nbits_prefill_gate_up_tma
+    NBITS_ENTRY_nbits_prefill_gemm_tma || NBITS_ENTRY_nbits_prefill_gate_up_tma ||                             \
+    NBITS_ENTRY_nbits_prefill_gemm_stream_k
 // The dynamic shared memory the GEMM entries need (SMEM above): a CPU test
 // reads it from the PTX of each tile kind and checks the planner's formula.
 extern "C" __constant__ int nbits_prefill_smem_bytes = kSmemBytes;
 #endif
 
-#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm || NBITS_ENTRY_nbits_prefill_gemm_tma
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm || NBITS_ENTRY_nbits_prefill_gemm_tma || \
+    NBITS_ENTRY_nbits_prefill_gemm_stream_k
 namespace nbits_prefill {
 // The CTA's output tile of the entries nbits_prefill_gemm and nbits_prefill_gemm_tma.
 __device__ __forceinline__ void prefill_gemm(const act_t* __restrict__ a, const u8* __restrict__ b,
@@ -1773,6 +1814,266 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) NBIT
     const __grid_constant__ TmaMap b_map)
 {
     prefill_gemm(a, b, scales, zero_points, bias, y, m, n, bias_row_stride, &act_map, &b_map);
+}
+#endif
+
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm_stream_k
+namespace nbits_prefill {
+// NBITS_STREAM_K. A grid of one CTA per SM slot that takes one output tile each leaves the slots idle for the
+// rest of the last, partial round of tiles (Qwen2.5-7B up at M = 512: 296 tiles of 256 tokens on 132 SMs, three
+// rounds for 2.24 rounds of work). Here the grid's G CTAs share the U units of work, an output tile's k tiles,
+// evenly: units in order (tile-major, a column tile's row tiles one after another), CTA c taking units
+// [c U / G, (c + 1) U / G). A CTA walks its units as segments of one tile each through one pipeline that runs on
+// across them. A segment of every k tile of its tile stores it; one that starts past the tile's first k tile (a
+// CTA's first segment only) stores its fp32 partial tile in the CTA's slot of `partials` and raises the CTA's
+// flag; the segment of the tile's first k tile (its CTA's last) waits for the flags of the CTAs after it that took
+// the rest of the tile, adds their partials in CTA order (the same sums every run) and stores the tile. A CTA
+// only ever waits for CTAs after it, which run beside it (G is at most the CTAs resident at once) or started
+// before it and never wait for it. The flags start zeroed (nbits_zero_words, the step before).
+[[maybe_unused]] constexpr bool kStreamK = NBITS_STREAM_K != 0;
+static_assert(!kStreamK || (kTma && kProducerWarps == 4 && kSplitK == 1 && NBITS_FIRST_COLUMN_TILE == 0),
+    "NBITS_STREAM_K needs NBITS_TMA with 4 producer warps, no split-K and no first column tile");
+// Floats of a CTA's partial tile: each computing thread's accumulators.
+[[maybe_unused]] constexpr int kPartialFloats = kThreads * kWgmmaHalves * kWgmmaAcc;
+
+// The first unit of CTA `cta` (of gridDim.x) over `units` units.
+__device__ __forceinline__ long long stream_first_unit(const int cta, const long long units)
+{
+    return units * cta / (long long)gridDim.x;
+}
+
+// visit(tile, k0, k1) for each output tile that units [begin, end) touch: its k tiles k0 .. k1 - 1.
+template <class Visit>
+__device__ __forceinline__ void for_each_segment(const long long begin, const long long end, Visit visit)
+{
+#pragma unroll 1
+    for (long long u = begin; u < end;) {
+        const long long tile = u / kTilesK;
+        const int k0 = (int)(u - tile * kTilesK);
+        const int k1 = (int)min((long long)kTilesK, k0 + (end - u));
+        visit((int)tile, k0, k1);
+        u += k1 - k0;
+    }
+}
+
+// A barrier of the computing warps only (named barrier 1; the producers have left by then or never join it).
+__device__ __forceinline__ void consumer_barrier()
+{
+    asm volatile("bar.sync 1, %0;\n" :: "n"(kThreads) : "memory");
+}
+
+__device__ __forceinline__ void raise_flag(u32* flag)
+{
+    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" :: "l"(flag), "r"(1u) : "memory");
+}
+
+__device__ __forceinline__ u32 flag_value(const u32* flag)
+{
+    u32 value;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(flag) : "memory");
+    return value;
+}
+
+// Y[row, col] = T(v) (+ bias as NBITS_BIAS_MODE says), inside M and N only.
+__device__ __forceinline__ void store_output(act_t* __restrict__ y, const act_t* __restrict__ bias, const float v,
+                                             const int row, const int col, const int m, const int n,
+                                             const int bias_row_stride)
+{
+    if (row >= m || col >= n) {
+        return;
+    }
+    act_t out = to_act(v);
+    if (kBiasMode != 0) {
+        const float bb = to_float(bias[(long)row * bias_row_stride + col]);
+        out = kBiasMode == 1 ? to_act(v + bb) : to_act(to_float(out) + bb);
+    }
+    y[(long)row * n + col] = out;
+}
+
+// Where a segment's accumulators go: the tile's place, its k tiles, and the grid's units.
+struct StreamSegment {
+    int tile;
+    int k0;
+    int k1;
+    int n0;
+    int m0;
+    long long units;
+};
+
+// The epilogue of a segment of this CTA (`cta`), every computing thread: its partial to its slot and flag, or the
+// tile, summed with the partials of the CTAs that took the rest of its k tiles, to Y. A thread's accumulators
+// (h, 4c .. 4c + 3) are its weight rows r, r + 8 at tokens tok, tok + 1; in a slot they lie float4 (h, c) of
+// every thread after another, so that each store and load of a warp is whole lines.
+__device__ __forceinline__ void stream_segment_epilogue(const float (&acc)[kWgmmaHalves][kWgmmaAcc],
+    const StreamSegment& seg, const int cta, float* __restrict__ partials, u32* __restrict__ flags,
+    act_t* __restrict__ y, const act_t* __restrict__ bias, const int m, const int n, const int bias_row_stride)
+{
+    const int tid = (int)threadIdx.x;
+    if (seg.k0 > 0) {
+        float4* slot = reinterpret_cast<float4*>(partials + (long)cta * kPartialFloats);
+#pragma unroll
+        for (int h = 0; h < kWgmmaHalves; ++h)
+#pragma unroll
+            for (int c = 0; c < kWgmmaAcc / 4; ++c) {
+                slot[(h * kWgmmaAcc / 4 + c) * kThreads + tid] =
+                    make_float4(acc[h][4 * c], acc[h][4 * c + 1], acc[h][4 * c + 2], acc[h][4 * c + 3]);
+            }
+        __threadfence();
+        consumer_barrier();
+        if (tid == 0) {
+            raise_flag(flags + cta);
+        }
+        return;
+    }
+    // The CTAs after this one whose units start inside the tile took the rest of it: cta + 1 .. last.
+    const long long tile_end = (long long)(seg.tile + 1) * kTilesK;
+    int last = cta;
+    if (seg.k1 < kTilesK) {
+        while (last + 1 < (int)gridDim.x && stream_first_unit(last + 1, seg.units) < tile_end) {
+            ++last;
+        }
+        if (tid == 0) {
+            for (int c = cta + 1; c <= last; ++c) {
+                while (flag_value(flags + c) == 0) {
+                    __nanosleep(64);
+                }
+            }
+        }
+        consumer_barrier();
+    }
+    const int lane = tid & 31;
+    const int r = 16 * (tid >> 5) + (lane >> 2);
+    const int col = seg.n0 + r;
+#pragma unroll
+    for (int h = 0; h < kWgmmaHalves; ++h)
+#pragma unroll
+        for (int c = 0; c < kWgmmaAcc / 4; ++c) {
+            float4 v = make_float4(acc[h][4 * c], acc[h][4 * c + 1], acc[h][4 * c + 2], acc[h][4 * c + 3]);
+#pragma unroll 1
+            for (int other = cta + 1; other <= last; ++other) {
+                const float4* slot = reinterpret_cast<const float4*>(partials + (long)other * kPartialFloats);
+                const float4 p = __ldcg(slot + (h * kWgmmaAcc / 4 + c) * kThreads + tid);
+                v.x += p.x;
+                v.y += p.y;
+                v.z += p.z;
+                v.w += p.w;
+            }
+            const int row = seg.m0 + kWgmmaN * h + 8 * c + 2 * (lane & 3);
+            store_output(y, bias, v.x, row, col, m, n, bias_row_stride);
+            store_output(y, bias, v.y, row + 1, col, m, n, bias_row_stride);
+            store_output(y, bias, v.z, row, col + 8, m, n, bias_row_stride);
+            store_output(y, bias, v.w, row + 1, col + 8, m, n, bias_row_stride);
+        }
+}
+
+// The stream-K GEMM of one weight set: the warp-specialised pipeline of produced_k_tiles over this CTA's units,
+// an epilogue after each segment. A template, so that configurations without NBITS_STREAM_K never instantiate it.
+template <bool kPaired>
+__device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src,
+    const act_t* __restrict__ bias, act_t* __restrict__ y, const int m, const int n, const int bias_row_stride,
+    float* __restrict__ partials, u32* __restrict__ flags)
+{
+    static_assert(!kPaired, "the stream-K GEMM takes one weight set");
+    const u32 smem_base = smem_addr(smem);
+    const u32 full = smem_base + kPipelineBytes;
+    const u32 empty = full + 8 * kStages;
+    init_stage_barriers(full, empty);
+    const int m_tiles = (m + kTileM - 1) / kTileM;
+    StreamSegment seg;
+    seg.units = (long long)((n + kTileN - 1) / kTileN) * m_tiles * kTilesK;
+    const int cta = (int)blockIdx.x;
+    const long long begin = stream_first_unit(cta, seg.units);
+    const long long end = stream_first_unit(cta + 1, seg.units);
+    WeightSource<kPaired> weights = src;
+    const auto place = [&](const int tile, const int k0, const int k1) {
+        seg.tile = tile;
+        seg.k0 = k0;
+        seg.k1 = k1;
+        seg.n0 = tile / m_tiles * kTileN;
+        seg.m0 = tile % m_tiles * kTileM;
+        weights.n0 = seg.n0;
+    };
+    if ((int)threadIdx.x >= kThreads) {
+        set_max_registers<false, kProducerRegisters>();
+        StageRing ring;  // stage of the next tile and the parity of its empty barrier's previous phase
+        ring.parity = 1;
+        int issued = 0;
+        for_each_segment(begin, end, [&](const int tile, const int k0, const int k1) {
+            place(tile, k0, k1);
+            produce_by_tma(smem, smem_base, full, empty, k0, k1 - k0, a, weights, m, seg.m0, ring, issued);
+        });
+        set_max_registers<true, kLaunchRegisters>();
+        return;
+    }
+    // Undefined until each segment's first wgmma overwrites them (see gemm_mainloop_wgmma).
+    float acc[kWgmmaHalves][kWgmmaAcc];
+#pragma unroll
+    for (int h = 0; h < kWgmmaHalves; ++h)
+#pragma unroll
+        for (int i = 0; i < kWgmmaAcc; ++i) asm volatile("" : "=f"(acc[h][i]));
+    StageRing ring;
+    StageRing released;
+    released.stage = kStages - 2;
+    int consumed = 0;
+    set_max_registers<true, kConsumerRegisters>();
+    for_each_segment(begin, end, [&](const int tile, const int k0, const int k1) {
+        place(tile, k0, k1);
+        consume_k_tiles(smem_base, full, empty, k0, k1 - k0, ring, released, consumed,
+                        [&](const int stage, const u32 stage_address, const int k) {
+                            compute_stage_wgmma(acc, stage_view(smem, stage), stage_address + kWBytes, weights, k,
+                                                k == k0);
+                        });
+        wgmma_wait<0>();
+#pragma unroll
+        for (int h = 0; h < kWgmmaHalves; ++h) fence_accumulators(acc[h]);
+        stream_segment_epilogue(acc, seg, cta, partials, flags, y, bias, m, n, bias_row_stride);
+    });
+    set_max_registers<false, kLaunchRegisters>();
+}
+}  // namespace nbits_prefill
+
+// nbits_prefill_gemm_tma over a stream-K grid (NBITS_STREAM_K; without it, nbits_prefill_gemm_tma itself):
+// partials holds gridDim.x partial tiles of kPartialFloats floats, flags gridDim.x words, zero at launch.
+extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) nbits_prefill_gemm_stream_k(
+    const act_t* __restrict__ a,          // align 16
+    const u8* __restrict__ b,             // align 16
+    const scale_t* __restrict__ scales,   // align 4
+    const u8* __restrict__ zero_points,   // align 4
+    const act_t* __restrict__ bias,       // align 2
+    act_t* __restrict__ y,                // align 2
+    const int m,
+    const int n,
+    const int bias_row_stride,
+    const __grid_constant__ TmaMap act_map,
+    const __grid_constant__ TmaMap b_map,
+    float* __restrict__ partials,         // align 16
+    u32* __restrict__ flags)              // align 4
+{
+    if constexpr (kStreamK) {
+        extern __shared__ __align__(16) u8 nbits_prefill_smem[];
+        u8* const smem = stage_memory(nbits_prefill_smem);
+        WeightSource<false> src;
+        src.b0 = src.b1 = b;
+        src.scales0 = src.scales1 = scales;
+        src.zp0 = src.zp1 = zero_points;
+        src.act_map = &act_map;
+        src.b0_map = src.b1_map = &b_map;
+        src.n0 = 0;
+        src.n = n;
+        stream_k_gemm(smem, a, src, bias, y, m, n, bias_row_stride, partials, flags);
+    } else {
+        prefill_gemm(a, b, scales, zero_points, bias, y, m, n, bias_row_stride, &act_map, &b_map);
+    }
+}
+#endif
+
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_zero_words
+// words[0 .. count) = 0: the stream-K flags, before each run.
+extern "C" __global__ void nbits_zero_words(u32* __restrict__ words, const int count)
+{
+    for (int i = (int)(blockIdx.x * blockDim.x + threadIdx.x); i < count; i += (int)(gridDim.x * blockDim.x)) {
+        words[i] = 0;
+    }
 }
 #endif
 

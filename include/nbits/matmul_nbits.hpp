@@ -61,8 +61,8 @@ struct MatMulNBitsConfig {
 // aliases), NBITS_PREFILL_SPLIT_K (1..8), NBITS_PREFILL_WGMMA_TILE_N (128|256),
 // NBITS_PREFILL_WGMMA_MIN_M (17..65), NBITS_PREFILL_WGMMA_TILE_M (128|256) and
 // NBITS_PREFILL_PRODUCER_WARPS (0|1|2|4), NBITS_PREFILL_TMA (0|1) and
-// NBITS_PREFILL_TAIL_SPLIT (0|1) and NBITS_PREFILL_WIDE_SPLIT (0|1) for
-// Fastest's fused prefill GEMM,
+// NBITS_PREFILL_TAIL_SPLIT (0|1), NBITS_PREFILL_WIDE_SPLIT (0|1) and
+// NBITS_PREFILL_STREAM_K (0|1) for Fastest's fused prefill GEMM,
 // NBITS_PREFILL_CHUNK_COLUMNS (64..1048576) for its dequantise + cuBLASLt
 // route, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4), NBITS_DECODE_TILES
 // (1|2), NBITS_DECODE_STAGE_ACTS (0|1), NBITS_DECODE_COL_WARPS (1|2|4),
@@ -81,6 +81,7 @@ inline constexpr const char* kPrefillProducerWarpsEnv = "NBITS_PREFILL_PRODUCER_
 inline constexpr const char* kPrefillTmaEnv = "NBITS_PREFILL_TMA";
 inline constexpr const char* kPrefillTailSplitEnv = "NBITS_PREFILL_TAIL_SPLIT";
 inline constexpr const char* kPrefillWideSplitEnv = "NBITS_PREFILL_WIDE_SPLIT";
+inline constexpr const char* kPrefillStreamKEnv = "NBITS_PREFILL_STREAM_K";
 inline constexpr const char* kPrefillChunkColumnsEnv = "NBITS_PREFILL_CHUNK_COLUMNS";
 inline constexpr const char* kDecodeProgrammaticEnv = "NBITS_DECODE_PDL";
 inline constexpr const char* kDecodeStagesEnv = "NBITS_DECODE_STAGES";
@@ -138,6 +139,13 @@ struct PlanOverrides {
     // decode kernel (M <= 16) or the 64-row tiles; 0: the plan's rule. Unset:
     // the plan's rule (the split measured no faster).
     std::optional<int> prefill_wide_split;
+    // 1: on sm_90 past M = 128, the wgmma GEMM's 256-token tiles fed by the
+    // tensor memory accelerator run as a stream-K grid (one weight set): one
+    // CTA an SM, sharing the output tiles' k tiles evenly, the tiles split
+    // between CTAs summed through fp32 partials in scratch; also on nodes
+    // whose grid of whole tiles would not fill the device. 0: the plan's
+    // rule. Unset: the plan's rule.
+    std::optional<int> prefill_stream_k;
     // Columns of the weights Fastest's dequantise + cuBLASLt route
     // dequantises and multiplies at a time (64..1048576, rounded down to
     // whole tiles of 64 and capped by the scratch budget). Unset: the rule in
@@ -198,7 +206,7 @@ struct PlanOverrides {
     // or 8, PREFILL_SPLIT_K 1 to 8, PREFILL_WGMMA_TILE_N 128 or 256,
     // PREFILL_WGMMA_MIN_M 17 to 65, PREFILL_WGMMA_TILE_M 128 or 256,
     // PREFILL_PRODUCER_WARPS 0, 1, 2 or 4, PREFILL_TMA, PREFILL_TAIL_SPLIT and
-    // PREFILL_WIDE_SPLIT 0 or 1, DECODE_PDL
+    // PREFILL_WIDE_SPLIT and PREFILL_STREAM_K 0 or 1, DECODE_PDL
     // 0 or 1, DECODE_STAGES 2 to 4, DECODE_TILES 1 or 2, DECODE_STAGE_ACTS 0 or
     // 1, DECODE_COL_WARPS 1, 2 or 4, PREFILL_CHUNK_COLUMNS 64 to 1048576,
     // DECODE_CLUSTER_K 1, 2 or 4, DECODE_CHUNKS 1 or 2, DECODE_STAGE_META and

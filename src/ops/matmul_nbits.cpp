@@ -249,6 +249,7 @@ PlanOverrides parse_overrides(const jit::EnvLookup& variable)
     overrides.prefill_tma = accepted(variable(kPrefillTmaEnv), [](std::uint32_t on) { return on <= 1; });
     overrides.prefill_tail_split = accepted(variable(kPrefillTailSplitEnv), [](std::uint32_t on) { return on <= 1; });
     overrides.prefill_wide_split = accepted(variable(kPrefillWideSplitEnv), [](std::uint32_t on) { return on <= 1; });
+    overrides.prefill_stream_k = accepted(variable(kPrefillStreamKEnv), [](std::uint32_t on) { return on <= 1; });
     overrides.decode_programmatic = accepted(variable(kDecodeProgrammaticEnv), [](std::uint32_t on) { return on <= 1; });
     overrides.decode_stages =
         accepted(variable(kDecodeStagesEnv), [](std::uint32_t stages) { return stages >= 2 && stages <= 4; });

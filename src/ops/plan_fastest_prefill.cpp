@@ -70,6 +70,7 @@ struct PrefillTiles {
     // With split_k > 1: the column tile from which K is split (a second launch after the whole waves of
     // unsplit tiles, NBITS_PREFILL_TAIL_SPLIT); 0: every tile's K is split.
     std::size_t split_from_column_tile = 0;
+    bool stream_k = false;  // NBITS_STREAM_K: a grid of one CTA a slot sharing the tiles' k tiles evenly
     // The wgmma GEMM's 64-token tiles (M <= 64), which take producer warps and split K from fewer weights.
     bool small_wgmma_tiles() const { return wgmma && tile_m == static_cast<int>(kWgmmaSmallTileM); }
     std::uint32_t threads() const
@@ -368,7 +369,7 @@ std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& 
 std::size_t split_k_for(const FastestRequest& fastest, const PrefillTiles& tiles)
 {
     const PlanContext& context = fastest.request.context;
-    if (context.capabilities.compute_major < 9) {
+    if (context.capabilities.compute_major < 9 || tiles.stream_k) {
         return 1;
     }
     const std::optional<int> split = context.overrides.prefill_split_k;
@@ -404,6 +405,34 @@ bool tma_feeds(const FastestRequest& fastest, const PrefillTiles& tiles)
 
 std::size_t prefill_ctas(const FastestRequest& fastest, const PrefillTiles& tiles);
 
+// NBITS_PREFILL_STREAM_K=1 where the stream-K grid can take the node: sm_90, one weight set, past M = 128, rows
+// the tensor maps describe (see tma_feeds). The 256-token tiles then take it whatever their count.
+bool stream_k_requested(const FastestRequest& fastest)
+{
+    const Capabilities& device = fastest.request.context.capabilities;
+    return fastest.request.context.overrides.prefill_stream_k == 1 && device.compute_major == 9 &&
+           device.compute_minor == 0 && device.multiprocessor_count > 0 && fastest.up == nullptr &&
+           fastest.m > kWgmmaTallMinM && tma_feeds(fastest, kWgmmaTallTiles);
+}
+
+// The stream-K grid over `rows` rows: one CTA a slot (min_ctas an SM), no more than the units of work (an output
+// tile's k tile each), so that every CTA takes at least one.
+std::size_t stream_k_ctas(const FastestRequest& fastest, const PrefillTiles& tiles, std::size_t rows)
+{
+    const std::size_t slots =
+        static_cast<std::size_t>(tiles.min_ctas) * fastest.request.context.capabilities.multiprocessor_count;
+    const std::size_t units = prefill_column_tiles(fastest, tiles) * div_ceil(rows, static_cast<std::size_t>(tiles.tile_m)) *
+                              div_ceil(fastest.request.config.k, static_cast<std::size_t>(tiles.tile_k));
+    return std::min(slots, units);
+}
+
+// Bytes of the stream-K scratch for a grid of `ctas`: a partial tile a CTA (each computing thread's fp32
+// accumulators, tile_m / 2 of them), then a flag word a CTA.
+std::size_t stream_k_partial_bytes(const PrefillTiles& tiles)
+{
+    return static_cast<std::size_t>(32 * tiles.warps_n) * static_cast<std::size_t>(tiles.tile_m / 2) * sizeof(float);
+}
+
 // Whether a wgmma grid of `ctas` CTAs of `tiles` keeps enough of the device busy to beat dequantise + cuBLASLt:
 // three quarters of the SMs up to M = 256, every CTA slot past it (see wgmma_prefill).
 bool wgmma_grid_fills(const FastestRequest& fastest, const PrefillTiles& tiles, std::size_t ctas)
@@ -431,7 +460,7 @@ PrefillTiles wgmma_tiles(const FastestRequest& fastest)
         tiles.tile_m = static_cast<int>(kWgmmaSmallTileM);
     } else if (overrides.prefill_wgmma_tile_n == 256) {
         tiles = kWgmmaWideTiles;
-    } else if (wgmma_tile_m_override(fastest) == 256) {
+    } else if (wgmma_tile_m_override(fastest) == 256 || stream_k_requested(fastest)) {
         tiles = kWgmmaTallTiles;
     } else if (!wgmma_tile_m_override(fastest) && fastest.m > kWgmmaTallMinM && tma_feeds(fastest, kWgmmaTallTiles)) {
         // Unsplit: with its K split the grid of a narrow node (Llama-3-8B o at M = 256, 32 column tiles split 4)
@@ -459,6 +488,7 @@ PrefillTiles wgmma_tiles(const FastestRequest& fastest)
     if (tiles.producer_warps > 0 && !small) {
         tiles.min_ctas = 1;
     }
+    tiles.stream_k = stream_k_requested(fastest) && tiles.tile_m == 256 && tiles.tma && tiles.producer_warps == 4;
     return tiles;
 }
 
@@ -535,7 +565,7 @@ TailSplit tail_split_for(const FastestRequest& fastest, const PrefillTiles& tile
 {
     const PlanContext& context = fastest.request.context;
     const std::size_t slots = static_cast<std::size_t>(tiles.min_ctas) * context.capabilities.multiprocessor_count;
-    if (context.overrides.prefill_tail_split != 1 || !tiles.wgmma || tiles.split_k != 1 ||
+    if (context.overrides.prefill_tail_split != 1 || !tiles.wgmma || tiles.split_k != 1 || tiles.stream_k ||
         context.capabilities.compute_major < 9 || slots == 0) {
         return {};
     }
@@ -560,10 +590,23 @@ TailSplit tail_split_for(const FastestRequest& fastest, const PrefillTiles& tile
     return best_split == 1 ? TailSplit{} : TailSplit{whole, static_cast<int>(best_split)};
 }
 
+// Zeroes `count` words from `words` (the stream-K flags) before the launch that raises them.
+void add_zero_words(LaunchPlan& plan, const FastestRequest& fastest, BufferRef words, std::size_t count)
+{
+    constexpr std::uint32_t kThreads = 256;
+    StepBuilder step("nbits_zero_words", "nbits zero the stream-K flags");
+    step.arg("words", words)
+        .size_arg("count", count, "stream-K CTAs")
+        .grid(grid_extent(count, kThreads, kMaxGridX, "stream-K CTAs"))
+        .block(kThreads)
+        .add_to(plan, fastest.request);
+}
+
 // The fused GEMM (or the paired gate/up kernel) over `rows` rows; the tiles it
-// launches with, or none when no tile configuration fits the device.
+// launches with, or none when no tile configuration fits the device. A stream-K
+// grid takes its partial tiles and flags from scratch buffer `stream_scratch`.
 std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestRequest& fastest, BufferRef activation,
-                                              std::size_t row, std::size_t rows, bool wgmma)
+                                              std::size_t row, std::size_t rows, bool wgmma, int stream_scratch)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
     std::size_t shared_bytes = 0;
@@ -583,8 +626,10 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
     const TailSplit tail = tail_split_for(fastest, *tiles, rows, column_tiles);
     // One launch of `t` over `count` column tiles from `first`.
     auto add_step = [&](const PrefillTiles& t, std::size_t first, std::size_t count) {
-        StepBuilder step(paired ? (t.tma ? "nbits_prefill_gate_up_tma" : "nbits_prefill_gate_up")
-                                : (t.tma ? "nbits_prefill_gemm_tma" : "nbits_prefill_gemm"),
+        StepBuilder step(paired     ? (t.tma ? "nbits_prefill_gate_up_tma" : "nbits_prefill_gate_up")
+                         : t.stream_k ? "nbits_prefill_gemm_stream_k"
+                         : t.tma      ? "nbits_prefill_gemm_tma"
+                                      : "nbits_prefill_gemm",
                          paired ? "nbits fused gate/up SwiGLU prefill GEMM" : "nbits fused prefill GEMM");
         step.arg("a", activation)
             .arg("y", rows_of(o.output, row, y_row_bytes))
@@ -613,10 +658,20 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
         if (first > 0) {
             step.define("NBITS_FIRST_COLUMN_TILE", static_cast<std::int64_t>(first));
         }
-        step.grid(static_cast<std::uint32_t>(count),
-                  grid_extent(rows, static_cast<std::size_t>(t.tile_m), kMaxGridYZ, "M"),
-                  static_cast<std::uint32_t>(t.split_k))
-            .block(t.threads())
+        if (t.stream_k) {
+            const std::size_t ctas = stream_k_ctas(fastest, t, rows);
+            const BufferRef flags = BufferRef::scratch(stream_scratch, ctas * stream_k_partial_bytes(t));
+            add_zero_words(plan, fastest, flags, ctas);
+            step.arg("partials", BufferRef::scratch(stream_scratch))
+                .arg("flags", flags)
+                .define("NBITS_STREAM_K", 1)
+                .grid(static_cast<std::uint32_t>(ctas));
+        } else {
+            step.grid(static_cast<std::uint32_t>(count),
+                      grid_extent(rows, static_cast<std::size_t>(t.tile_m), kMaxGridYZ, "M"),
+                      static_cast<std::uint32_t>(t.split_k));
+        }
+        step.block(t.threads())
             .shared_memory(static_cast<std::uint32_t>(shared_bytes), true)
             .add_to(plan, fastest.request);
     };
@@ -826,6 +881,9 @@ bool wgmma_prefill(const FastestRequest& fastest)
     // -> 177.17 / 311.92, Qwen2.5-7B up 231.49 / 398.10 -> 194.72 / 353.63, Llama-3-70B up 792.51 / 1368.30 ->
     // 606.10 / 1220.21, the paired Llama-3-8B gate/up at M = 2048 843.09 -> 652.35). Narrower nodes keep the bound.
     const PrefillTiles tiles = wgmma_tiles(fastest);
+    if (tiles.stream_k) {
+        return stream_k_ctas(fastest, tiles, fastest.m) >= device.multiprocessor_count;  // every SM takes work
+    }
     const bool overridden = wgmma_tile_m_override(fastest).has_value();
     const bool wide_tall = tiles.tile_m == 256 && tiles.tma &&
                            4 * prefill_column_tiles(fastest, tiles) >= 3 * device.multiprocessor_count;
@@ -905,8 +963,16 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
         weight_bytes = chunk_columns * a_row_bytes;
         projections_bytes = paired ? 2 * projection_bytes(rows_per_pass, chunk_columns) : 0;
     }
-    if (norm_bytes > kWorkspaceBudget || projections_bytes > kWorkspaceBudget ||
-        norm_bytes + weight_bytes + projections_bytes + (fused ? 0 : kGemmWorkspaceBytes) > kWorkspaceBudget) {
+    // The stream-K grid's partial tiles and flags: at most a slot's worth each, 128 KiB a CTA of 256-token tiles.
+    const bool stream_k = wgmma && wgmma_tiles(fastest).stream_k;
+    std::size_t stream_bytes = 0;
+    if (stream_k) {
+        const PrefillTiles tiles = wgmma_tiles(fastest);
+        stream_bytes = stream_k_ctas(fastest, tiles, rows_per_pass) * (stream_k_partial_bytes(tiles) + 4);
+    }
+    if (norm_bytes > kWorkspaceBudget || projections_bytes > kWorkspaceBudget || stream_bytes > kWorkspaceBudget ||
+        norm_bytes + weight_bytes + projections_bytes + stream_bytes + (fused ? 0 : kGemmWorkspaceBytes) >
+            kWorkspaceBudget) {
         return false;
     }
 
@@ -924,6 +990,8 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
         }
         workspace = add_scratch(candidate, fastest.request, kGemmWorkspaceBytes, "the cuBLASLt workspace");
     }
+    const int stream_scratch =
+        stream_k ? add_scratch(candidate, fastest.request, stream_bytes, "the stream-K partial tiles and flags") : -1;
     int split_k = 1;  // the most CTAs a fused pass's clusters split K over
     bool split_tail = false;  // only the column tiles past the whole waves (NBITS_PREFILL_TAIL_SPLIT)
     for (std::size_t row = 0; row < m; row += rows_per_pass) {
@@ -934,7 +1002,8 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
             activation = BufferRef::scratch(norm_scratch);
         }
         if (fused) {
-            const std::optional<PrefillTiles> tiles = add_fused_prefill(candidate, fastest, activation, row, rows, wgmma);
+            const std::optional<PrefillTiles> tiles =
+                add_fused_prefill(candidate, fastest, activation, row, rows, wgmma, stream_scratch);
             if (!tiles) {
                 return false;
             }
@@ -950,13 +1019,15 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
                 wgmma   ? "nbits_prefill_wgmma"
                 : fused ? "nbits_prefill_fused"
                         : "nbits_prefill_dequantize_cublaslt",
-                [m, kind, fused, wgmma, normalized, chunk_columns, rows_per_pass, split_k, split_tail] {
+                [m, kind, fused, wgmma, normalized, chunk_columns, rows_per_pass, split_k, split_tail, stream_k] {
                     if (fused) {
                         return fmt::format("M={} {} prefill{}: fused dequantising tensor-core GEMM ({}{}) over "
                                            "ONNX Runtime's layout, specialised on K, bits, block size and zero points",
                                            m, kind, normalized ? " with an RMS-norm pass over rows into scratch" : "",
                                            wgmma ? "sm_90a warpgroup MMA" : "mma.sync",
-                                           split_k == 1 ? std::string()
+                                           stream_k ? ", a stream-K grid of one CTA an SM sharing the tiles' k tiles "
+                                                      "evenly (fp32 partial tiles in scratch)"
+                                           : split_k == 1 ? std::string()
                                            : split_tail
                                                ? fmt::format(", and in a second launch the column tiles past its "
                                                              "whole waves with K split over clusters of {} CTAs",

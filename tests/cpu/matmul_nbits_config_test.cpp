@@ -236,6 +236,12 @@ TEST_CASE("NBITS_PREFILL_WIDE_SPLIT counts only as 0 or 1")
                    {"2", "-1", " 1", "", "on"}, {"1", 1});
 }
 
+TEST_CASE("NBITS_PREFILL_STREAM_K counts only as 0 or 1")
+{
+    check_override(kPrefillStreamKEnv, &PlanOverrides::prefill_stream_k, {{"0", 0}, {"1", 1}, {"+1", 1}},
+                   {"2", "-1", " 1", "", "on"}, {"1", 1});
+}
+
 TEST_CASE("NBITS_PREFILL_WGMMA_MIN_M counts only from 17 to 65")
 {
     check_override(kPrefillWgmmaMinMEnv, &PlanOverrides::prefill_wgmma_min_m,

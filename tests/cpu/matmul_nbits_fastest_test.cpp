@@ -587,6 +587,8 @@ TEST_CASE("the fused prefill GEMM's planned dynamic shared memory is what the ke
         {"TMA 256-row tiles, bf16 zero points",
          with(fastest(node(4096, 14336), bf16_zp),
               {{&PlanOverrides::prefill_tma, 1}, {&PlanOverrides::prefill_wgmma_tile_n, 256}})},
+        {"stream-K 256-token tiles, bf16 zero points",
+         with(fastest(node(4096, 14336), rows(300, DataType::BFloat16)), {{&PlanOverrides::prefill_stream_k, 1}})},
     };
     const std::string symbol = ".u32 nbits_prefill_smem_bytes = ";
     for (const Planned& p : planned) {
@@ -656,6 +658,10 @@ TEST_CASE("the planned sm_90 wgmma steps assemble for sm_90a without spills and 
         {"TMA, bf16 int4 zero points M = 512, 256-token tiles", tma(without_tma(node(4096, 14336), bf16_512), 256)},
         {"TMA, paired gate/up int8 M = 1024, 256-token tiles",
          tma(without_tma(test::marked(node(4096, 14336, 8), kGateUpSwigluAttr), rows(1024)), 256)},
+        {"TMA stream-K, fp16 int4 M = 512", with_override(fastest(node(4096, 14336), rows(512)),
+                                                          &PlanOverrides::prefill_stream_k, 1)},
+        {"TMA stream-K, fp16 int8 block 128 M = 200, fp32 scales",
+         with_override(fastest(node(4096, 14336, 8, 128), f32_scales), &PlanOverrides::prefill_stream_k, 1)},
     };
     std::vector<std::pair<std::string, LaunchPlan>> plans;
     for (const Planned& p : planned) {
@@ -667,8 +673,11 @@ TEST_CASE("the planned sm_90 wgmma steps assemble for sm_90a without spills and 
     for (const auto& [name, plan] : plans) {
         CAPTURE(name);
         REQUIRE(plan.variant == "nbits_prefill_wgmma");
-        const KernelStep& step = test::kernel_step(plan, 0);
-        CHECK((step.entry.find("_tma") != std::string::npos) == (name.rfind("TMA", 0) == 0));
+        const bool streamed = name.rfind("TMA stream-K", 0) == 0;
+        // A stream-K grid's flags are zeroed first.
+        const KernelStep& step = test::kernel_step(plan, streamed ? 1 : 0);
+        CHECK((step.entry.find("_tma") != std::string::npos || step.entry == "nbits_prefill_gemm_stream_k") ==
+              (name.rfind("TMA", 0) == 0));
         jit::CompileRequest request;
         request.source = &kernels::source_of_entry(step.entry);
         request.entries = {step.entry};
@@ -826,6 +835,72 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TAIL_SPLIT: the whole wav
             CHECK(!sets(*kernel, "NBITS_FIRST_COLUMN_TILE"));
         }
     }
+}
+
+TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_STREAM_K: one CTA an SM sharing the 256-token tiles' k tiles")
+{
+    auto streamed = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::prefill_stream_k, 1); };
+    // Llama-3-8B up at M = 512: 224 tiles of 64 k tiles over the H200's 132 SMs, after a step that zeroes the
+    // grid's flags; the scratch holds a partial tile a CTA (256 threads x 128 fp32 accumulators) and a flag each.
+    const LaunchPlan up = streamed(fastest(node(4096, 14336), rows(512))).plan();
+    CHECK(up.variant == "nbits_prefill_wgmma");
+    CHECK(up.reason().find("stream-K") != std::string::npos);
+    CHECK(up.capture_safe);
+    CHECK(entries(up) == std::vector<std::string>{"nbits_zero_words", "nbits_prefill_gemm_stream_k"});
+    REQUIRE(up.scratch_bytes.size() == 1);
+    CHECK(up.scratch_bytes[0] == 132 * (256 * 128 * 4 + 4));
+    const KernelStep& zero = test::kernel_step(up, 0);
+    const KernelStep& gemm = test::kernel_step(up, 1);
+    CHECK(gemm.config.grid == Dim3{132, 1, 1});
+    CHECK(gemm.config.block == Dim3{384, 1, 1});
+    CHECK(defines(gemm, "NBITS_STREAM_K=1"));
+    CHECK(defines(gemm, "NBITS_TILE_M=256"));
+    CHECK(defines(gemm, "NBITS_TMA=1"));
+    CHECK(defines(gemm, "NBITS_PRODUCER_WARPS=4"));
+    CHECK(defines(gemm, "NBITS_MIN_CTAS=1"));
+    CHECK(!sets(gemm, "NBITS_SPLIT_K"));
+    // The zeroed words are the GEMM's flags, after the partial tiles.
+    const BufferRef flags = BufferRef::scratch(0, 132 * 256 * 128 * 4);
+    CHECK(std::get<BufferRef>(zero.args[0]) == flags);
+    CHECK(std::get<std::int32_t>(zero.args[1]) == 132);
+    CHECK(std::get<BufferRef>(gemm.args[gemm.args.size() - 2]) == BufferRef::scratch(0));
+    CHECK(std::get<BufferRef>(gemm.args.back()) == flags);
+    // Narrow nodes past M = 128 whose grid of whole tiles would not fill the device take it too (Llama-3-8B o at
+    // M = 256: 32 tiles; Qwen2.5-7B qkv at M = 512: 72), as does M = 129 (one partial token tile), bf16 with zero
+    // points, and a bias.
+    test::Shapes bf16_zp = rows(129, DataType::BFloat16);
+    bf16_zp.zero_points = true;
+    test::Shapes biased = rows(2048);
+    biased.bias = true;
+    for (const auto& [k, n, shapes] : {std::tuple{4096, 4096, rows(256)}, std::tuple{3584, 4608, rows(512)},
+                                       std::tuple{4096, 14336, bf16_zp}, std::tuple{8192, 28672, biased}}) {
+        CAPTURE(k);
+        CAPTURE(n);
+        CAPTURE(shapes.m);
+        const LaunchPlan plan = streamed(fastest(node(k, n), shapes)).plan();
+        CHECK(plan.variant == "nbits_prefill_wgmma");
+        CHECK(entries(plan) == std::vector<std::string>{"nbits_zero_words", "nbits_prefill_gemm_stream_k"});
+        CHECK(test::kernel_step(plan, 1).config.grid == Dim3{132, 1, 1});
+    }
+    CHECK(fastest(node(4096, 4096), rows(256)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    // A grid of fewer units than SMs takes one CTA a unit: 1 column tile of K = 512 (8 k tiles) stays off it.
+    CHECK(streamed(fastest(node(512, 128), rows(256))).plan().variant != "nbits_prefill_wgmma");
+    // Not at M <= 128 (128-token tiles), for the paired node, where the tensor maps cannot describe the rows
+    // (K % 8 != 0), off sm_90, nor with the override 0 or unset.
+    auto no_stream = [](const test::Problem& p) {
+        const std::vector<std::string> names = entries(p.plan());
+        return std::find(names.begin(), names.end(), "nbits_prefill_gemm_stream_k") == names.end();
+    };
+    CHECK(no_stream(streamed(fastest(node(4096, 14336), rows(128)))));
+    CHECK(no_stream(streamed(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(512)))));
+    CHECK(no_stream(streamed(fastest(node(4100, 14336), rows(512)))));
+    CHECK(no_stream(streamed(fastest(node(4096, 14336), rows(512), Capabilities::a100()))));
+    CHECK(no_stream(with_override(fastest(node(4096, 14336), rows(512)), &PlanOverrides::prefill_stream_k, 0)));
+    CHECK(no_stream(fastest(node(4096, 14336), rows(512))));
+    // Nor with the cp.async pipeline (NBITS_PREFILL_TMA=0) or other producers.
+    CHECK(no_stream(with_override(streamed(fastest(node(4096, 14336), rows(512))), &PlanOverrides::prefill_tma, 0)));
+    CHECK(no_stream(
+        with_override(streamed(fastest(node(4096, 14336), rows(512))), &PlanOverrides::prefill_producer_warps, 1)));
 }
 
 TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TMA: the copies' issuers and tensor maps of A and the weights")

@@ -91,6 +91,7 @@ struct PlanOptions {
     std::optional<std::string> prefill_tma;
     std::optional<std::string> prefill_tail_split;
     std::optional<std::string> prefill_wide_split;
+    std::optional<std::string> prefill_stream_k;
     std::optional<std::string> decode_programmatic;
     std::optional<std::string> decode_stages;
     std::optional<std::string> decode_tiles;
@@ -124,6 +125,7 @@ constexpr OverrideFlag kOverrideFlags[] = {
     {"prefill-tma", "0|1", kPrefillTmaEnv, &PlanOptions::prefill_tma},
     {"prefill-tail-split", "0|1", kPrefillTailSplitEnv, &PlanOptions::prefill_tail_split},
     {"prefill-wide-split", "0|1", kPrefillWideSplitEnv, &PlanOptions::prefill_wide_split},
+    {"prefill-stream-k", "0|1", kPrefillStreamKEnv, &PlanOptions::prefill_stream_k},
     {"decode-pdl", "0|1", kDecodeProgrammaticEnv, &PlanOptions::decode_programmatic},
     {"decode-stages", "2..4", kDecodeStagesEnv, &PlanOptions::decode_stages},
     {"decode-tiles", "1|2", kDecodeTilesEnv, &PlanOptions::decode_tiles},
@@ -263,6 +265,7 @@ std::string plan_text(const PlanOptions& o)
                        &PlanOverrides::prefill_wgmma_tile_m,
                        &PlanOverrides::prefill_producer_warps, &PlanOverrides::prefill_tma,
                        &PlanOverrides::prefill_tail_split, &PlanOverrides::prefill_wide_split,
+                       &PlanOverrides::prefill_stream_k,
                        &PlanOverrides::decode_programmatic, &PlanOverrides::decode_stages,
                        &PlanOverrides::decode_tiles, &PlanOverrides::decode_stage_acts,
                        &PlanOverrides::decode_col_warps, &PlanOverrides::prefill_chunk_columns,
