@@ -108,9 +108,9 @@
 //   nbits_prefill_gate_up  grid (ceil(N / (TILE_N / 2)), ceil(M / TILE_M),
 //                          SPLIT_K), block THREADS, dynamic smem SMEM
 //   (*_tma alike; grid x less FIRST_COLUMN_TILE, or fewer column tiles)
-//   nbits_prefill_gemm_stream_k  grid G <= the CTAs resident at once and <= the
-//                          units (output tiles x k tiles), block THREADS, SMEM;
-//                          partials G * THREADS * TILE_M / 2 floats, flags G
+//   nbits_prefill_gemm_stream_k  grid G <= the units (output tiles x k tiles;
+//                          the plan: one CTA a slot), block THREADS, SMEM;
+//                          partials G * 32 * WARPS_N * TILE_M / 2 floats, flags G
 //                          words zeroed before the launch
 //   nbits_zero_words       any grid, block any
 //   nbits_dequantize       grid ceil(n_count * ceil(K / 8) / (DEQ_THREADS *
@@ -136,6 +136,7 @@
 
 #include "nbits/half.cuh"
 #include "nbits/reduce.cuh"
+#include "nbits/stream_k.cuh"
 
 #ifndef NBITS_ACT_BF16
 #define NBITS_ACT_BF16 0
@@ -1823,43 +1824,28 @@ namespace nbits_prefill {
 // rest of the last, partial round of tiles (Qwen2.5-7B up at M = 512: 296 tiles of 256 tokens on 132 SMs, three
 // rounds for 2.24 rounds of work). Here the grid's G CTAs share the U units of work, an output tile's k tiles,
 // evenly: units in order (tile-major, a column tile's row tiles one after another), CTA c taking units
-// [c U / G, (c + 1) U / G). A CTA walks its units as segments of one tile each through one pipeline that runs on
-// across them. A segment of every k tile of its tile stores it; one that starts past the tile's first k tile (a
-// CTA's first segment only) stores its fp32 partial tile in the CTA's slot of `partials` and raises the CTA's
-// flag; the segment of the tile's first k tile (its CTA's last) waits for the flags of the CTAs after it that took
-// the rest of the tile, adds their partials in CTA order (the same sums every run) and stores the tile. A CTA
-// only ever waits for CTAs after it, which run beside it (G is at most the CTAs resident at once) or started
-// before it and never wait for it. The flags start zeroed (nbits_zero_words, the step before).
+// [c U / G, (c + 1) U / G). A CTA walks its units as segments of one tile each, from its last unit back to its
+// first, through one pipeline that runs on across them (a segment's own k tiles in order). A segment of every k
+// tile of its tile stores it; one that ends before the tile's last k tile (a CTA's last segment in unit order, so
+// the first it computes) stores its fp32 partial tile in the CTA's slot of `partials` and raises the CTA's flag;
+// the segment of the tile's last k tile that starts past its first (a CTA's first in unit order, so the last it
+// computes) waits for the flags of the CTAs before it that took the rest of the tile, adds their partials in CTA
+// order (the same sums every run) and stores the tile. A CTA thus only waits for CTAs launched before it, whose
+// partial is the first thing they compute, so the grid makes progress however few of its CTAs run at once (a
+// GPU shared with other streams); with all of them resident (G is at most the CTAs an SM holds times the SMs)
+// the partials are long done by the time their sum is due. The flags start zeroed (nbits_zero_words, the step
+// before).
 [[maybe_unused]] constexpr bool kStreamK = NBITS_STREAM_K != 0;
 static_assert(!kStreamK || (kTma && kProducerWarps == 4 && kSplitK == 1 && NBITS_FIRST_COLUMN_TILE == 0),
     "NBITS_STREAM_K needs NBITS_TMA with 4 producer warps, no split-K and no first column tile");
 // Floats of a CTA's partial tile: each computing thread's accumulators.
 [[maybe_unused]] constexpr int kPartialFloats = kThreads * kWgmmaHalves * kWgmmaAcc;
 
-// The first unit of CTA `cta` (of gridDim.x) over `units` units.
-__device__ __forceinline__ long long stream_first_unit(const int cta, const long long units)
-{
-    return units * cta / (long long)gridDim.x;
-}
-
-// visit(tile, k0, k1) for each output tile that units [begin, end) touch: its k tiles k0 .. k1 - 1.
-template <class Visit>
-__device__ __forceinline__ void for_each_segment(const long long begin, const long long end, Visit visit)
-{
-#pragma unroll 1
-    for (long long u = begin; u < end;) {
-        const long long tile = u / kTilesK;
-        const int k0 = (int)(u - tile * kTilesK);
-        const int k1 = (int)min((long long)kTilesK, k0 + (end - u));
-        visit((int)tile, k0, k1);
-        u += k1 - k0;
-    }
-}
-
-// A barrier of the computing warps only (named barrier 1; the producers have left by then or never join it).
+// A barrier of the computing warps only (named barrier 1; the producers never join it). Not .aligned: thread 0
+// may arrive from a spin loop the rest of its warp skipped.
 __device__ __forceinline__ void consumer_barrier()
 {
-    asm volatile("bar.sync 1, %0;\n" :: "n"(kThreads) : "memory");
+    asm volatile("barrier.sync 1, %0;\n" :: "n"(kThreads) : "memory");
 }
 
 __device__ __forceinline__ void raise_flag(u32* flag)
@@ -1909,7 +1895,7 @@ __device__ __forceinline__ void stream_segment_epilogue(const float (&acc)[kWgmm
     act_t* __restrict__ y, const act_t* __restrict__ bias, const int m, const int n, const int bias_row_stride)
 {
     const int tid = (int)threadIdx.x;
-    if (seg.k0 > 0) {
+    if (nbits_stream_k::is_partial(seg.k1, kTilesK)) {
         float4* slot = reinterpret_cast<float4*>(partials + (long)cta * kPartialFloats);
 #pragma unroll
         for (int h = 0; h < kWgmmaHalves; ++h)
@@ -1925,15 +1911,12 @@ __device__ __forceinline__ void stream_segment_epilogue(const float (&acc)[kWgmm
         }
         return;
     }
-    // The CTAs after this one whose units start inside the tile took the rest of it: cta + 1 .. last.
-    const long long tile_end = (long long)(seg.tile + 1) * kTilesK;
-    int last = cta;
-    if (seg.k1 < kTilesK) {
-        while (last + 1 < (int)gridDim.x && stream_first_unit(last + 1, seg.units) < tile_end) {
-            ++last;
-        }
+    // The CTAs before this one whose units end inside the tile took the rest of it.
+    const long long tile_start = (long long)seg.tile * kTilesK;
+    const int lowest = nbits_stream_k::lowest_contributor(cta, (int)gridDim.x, seg.units, tile_start);
+    if (lowest < cta) {
         if (tid == 0) {
-            for (int c = cta + 1; c <= last; ++c) {
+            for (int c = lowest; c < cta; ++c) {
                 while (flag_value(flags + c) == 0) {
                     __nanosleep(64);
                 }
@@ -1948,9 +1931,9 @@ __device__ __forceinline__ void stream_segment_epilogue(const float (&acc)[kWgmm
     for (int h = 0; h < kWgmmaHalves; ++h)
 #pragma unroll
         for (int c = 0; c < kWgmmaAcc / 4; ++c) {
-            float4 v = make_float4(acc[h][4 * c], acc[h][4 * c + 1], acc[h][4 * c + 2], acc[h][4 * c + 3]);
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 1
-            for (int other = cta + 1; other <= last; ++other) {
+            for (int other = lowest; other < cta; ++other) {
                 const float4* slot = reinterpret_cast<const float4*>(partials + (long)other * kPartialFloats);
                 const float4 p = __ldcg(slot + (h * kWgmmaAcc / 4 + c) * kThreads + tid);
                 v.x += p.x;
@@ -1958,6 +1941,10 @@ __device__ __forceinline__ void stream_segment_epilogue(const float (&acc)[kWgmm
                 v.z += p.z;
                 v.w += p.w;
             }
+            v.x += acc[h][4 * c];
+            v.y += acc[h][4 * c + 1];
+            v.z += acc[h][4 * c + 2];
+            v.w += acc[h][4 * c + 3];
             const int row = seg.m0 + kWgmmaN * h + 8 * c + 2 * (lane & 3);
             store_output(y, bias, v.x, row, col, m, n, bias_row_stride);
             store_output(y, bias, v.y, row + 1, col, m, n, bias_row_stride);
@@ -1982,8 +1969,8 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
     StreamSegment seg;
     seg.units = (long long)((n + kTileN - 1) / kTileN) * m_tiles * kTilesK;
     const int cta = (int)blockIdx.x;
-    const long long begin = stream_first_unit(cta, seg.units);
-    const long long end = stream_first_unit(cta + 1, seg.units);
+    const long long begin = nbits_stream_k::first_unit(cta, (int)gridDim.x, seg.units);
+    const long long end = nbits_stream_k::first_unit(cta + 1, (int)gridDim.x, seg.units);
     WeightSource<kPaired> weights = src;
     const auto place = [&](const int tile, const int k0, const int k1) {
         seg.tile = tile;
@@ -1998,8 +1985,8 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
         StageRing ring;  // stage of the next tile and the parity of its empty barrier's previous phase
         ring.parity = 1;
         int issued = 0;
-        for_each_segment(begin, end, [&](const int tile, const int k0, const int k1) {
-            place(tile, k0, k1);
+        nbits_stream_k::for_each_segment(begin, end, kTilesK, [&](const long long tile, const int k0, const int k1) {
+            place((int)tile, k0, k1);
             produce_by_tma(smem, smem_base, full, empty, k0, k1 - k0, a, weights, m, seg.m0, ring, issued);
         });
         set_max_registers<true, kLaunchRegisters>();
@@ -2016,8 +2003,8 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
     released.stage = kStages - 2;
     int consumed = 0;
     set_max_registers<true, kConsumerRegisters>();
-    for_each_segment(begin, end, [&](const int tile, const int k0, const int k1) {
-        place(tile, k0, k1);
+    nbits_stream_k::for_each_segment(begin, end, kTilesK, [&](const long long tile, const int k0, const int k1) {
+        place((int)tile, k0, k1);
         consume_k_tiles(smem_base, full, empty, k0, k1 - k0, ring, released, consumed,
                         [&](const int stage, const u32 stage_address, const int k) {
                             compute_stage_wgmma(acc, stage_view(smem, stage), stage_address + kWBytes, weights, k,
