@@ -1927,30 +1927,38 @@ __device__ __forceinline__ void stream_segment_epilogue(const float (&acc)[kWgmm
     const int lane = tid & 31;
     const int r = 16 * (tid >> 5) + (lane >> 2);
     const int col = seg.n0 + r;
+    // A chunk of a thread's float4s at a time, each contributor's loads of a chunk in flight together: one L2
+    // round trip a chunk and contributor, not one a float4 (32 registers beside the 128 accumulators).
+    constexpr int kVectors = kWgmmaHalves * kWgmmaAcc / 4;
+    constexpr int kChunk = kVectors < 8 ? kVectors : 8;
 #pragma unroll
-    for (int h = 0; h < kWgmmaHalves; ++h)
+    for (int j0 = 0; j0 < kVectors; j0 += kChunk) {
+        float4 sum[kChunk];
 #pragma unroll
-        for (int c = 0; c < kWgmmaAcc / 4; ++c) {
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int j = 0; j < kChunk; ++j) sum[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 1
-            for (int other = lowest; other < cta; ++other) {
-                const float4* slot = reinterpret_cast<const float4*>(partials + (long)other * kPartialFloats);
-                const float4 p = __ldcg(slot + (h * kWgmmaAcc / 4 + c) * kThreads + tid);
-                v.x += p.x;
-                v.y += p.y;
-                v.z += p.z;
-                v.w += p.w;
+        for (int other = lowest; other < cta; ++other) {
+            const float4* slot = reinterpret_cast<const float4*>(partials + (long)other * kPartialFloats);
+#pragma unroll
+            for (int j = 0; j < kChunk; ++j) {
+                const float4 p = __ldcg(slot + (j0 + j) * kThreads + tid);
+                sum[j].x += p.x;
+                sum[j].y += p.y;
+                sum[j].z += p.z;
+                sum[j].w += p.w;
             }
-            v.x += acc[h][4 * c];
-            v.y += acc[h][4 * c + 1];
-            v.z += acc[h][4 * c + 2];
-            v.w += acc[h][4 * c + 3];
-            const int row = seg.m0 + kWgmmaN * h + 8 * c + 2 * (lane & 3);
-            store_output(y, bias, v.x, row, col, m, n, bias_row_stride);
-            store_output(y, bias, v.y, row + 1, col, m, n, bias_row_stride);
-            store_output(y, bias, v.z, row, col + 8, m, n, bias_row_stride);
-            store_output(y, bias, v.w, row + 1, col + 8, m, n, bias_row_stride);
         }
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) {
+            const int h = (j0 + j) / (kWgmmaAcc / 4);
+            const int c = (j0 + j) % (kWgmmaAcc / 4);
+            const int row = seg.m0 + kWgmmaN * h + 8 * c + 2 * (lane & 3);
+            store_output(y, bias, sum[j].x + acc[h][4 * c], row, col, m, n, bias_row_stride);
+            store_output(y, bias, sum[j].y + acc[h][4 * c + 1], row + 1, col, m, n, bias_row_stride);
+            store_output(y, bias, sum[j].z + acc[h][4 * c + 2], row, col + 8, m, n, bias_row_stride);
+            store_output(y, bias, sum[j].w + acc[h][4 * c + 3], row + 1, col + 8, m, n, bias_row_stride);
+        }
+    }
 }
 
 // The stream-K GEMM of one weight set: the warp-specialised pipeline of produced_k_tiles over this CTA's units,
