@@ -13,9 +13,9 @@
 //                          paired node in one CTA: y = silu(gate) * up
 //   nbits_prefill_gemm_tma, nbits_prefill_gate_up_tma  the two with NBITS_TMA,
 //                          taking the tensor maps of A and the weights
-//   nbits_prefill_gemm_stream_k  nbits_prefill_gemm_tma over a stream-K grid
-//                          (NBITS_STREAM_K), taking a scratch of partial
-//                          tiles and their flags
+//   nbits_prefill_gemm_stream_k, nbits_prefill_gate_up_stream_k  the two
+//                          *_tma entries over a stream-K grid (NBITS_STREAM_K),
+//                          taking a scratch of partial tiles and their flags
 //   nbits_zero_words       zeroes the stream-K flags before each run
 //   nbits_dequantize       W[n_count, K] of act_t for columns n_begin.., for
 //                          the dequantise + cuBLASLt route of large M
@@ -92,11 +92,10 @@
 //                          mbarrier; the scales and zero points by cp.async
 //                          (the producers', arriving on that barrier too,
 //                          or every thread's, waited for as without TMA)
-//   NBITS_STREAM_K   [0]   1 (entry nbits_prefill_gemm_stream_k, NBITS_TMA
-//                          with 4 producer warps, one weight set, no split-K):
-//                          the grid's CTAs share the output tiles' k tiles
-//                          evenly (see stream_k_gemm) instead of taking one
-//                          tile each
+//   NBITS_STREAM_K   [0]   1 (entries *_stream_k, NBITS_TMA with 4 producer
+//                          warps, no split-K): the grid's CTAs share the
+//                          output tiles' k tiles evenly (see stream_k_gemm)
+//                          instead of taking one tile each
 //   NBITS_NORM_THREADS [256], NBITS_DEQ_THREADS [256], NBITS_DEQ_UNITS [4]
 // Constraints (static_assert): TILE_N / WARPS_N % 16 == 0, TILE_M / WARPS_M
 // % 8 == 0, UNITS = TILE_K / WARPS_K / 32 in {1, 2, 4}, 8 * UNITS <=
@@ -108,7 +107,7 @@
 //   nbits_prefill_gate_up  grid (ceil(N / (TILE_N / 2)), ceil(M / TILE_M),
 //                          SPLIT_K), block THREADS, dynamic smem SMEM
 //   (*_tma alike; grid x less FIRST_COLUMN_TILE, or fewer column tiles)
-//   nbits_prefill_gemm_stream_k  grid G <= the units (output tiles x k tiles;
+//   *_stream_k             grid G <= the units (output tiles x k tiles;
 //                          the plan: one CTA a slot), block THREADS, SMEM;
 //                          partials G * 32 * WARPS_N * TILE_M / 2 floats, flags G
 //                          words zeroed before the launch
@@ -562,6 +561,7 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], cons
 [[maybe_unused]] constexpr int kProducers = 32 * kProducerWarps;
 [[maybe_unused]] constexpr int kBlockThreads = kThreads + kProducers;
 [[maybe_unused]] constexpr bool kTma = NBITS_TMA != 0;
+[[maybe_unused]] constexpr bool kStreamK = NBITS_STREAM_K != 0;  // see stream_k_gemm
 [[maybe_unused]] constexpr int kPipelineBytes = kStages * kStageBytes > kEpiBytes ? kStages * kStageBytes : kEpiBytes;
 // With producer warps or TMA each stage has a full and an empty mbarrier (TMA
 // without producers uses only the full one), after the stages and the staged
@@ -640,6 +640,41 @@ struct WeightSource {
         return c < n ? c : n - 1;
     }
 };
+
+// The source of one weight set's rows (n0 left to the CTA's tile).
+__device__ __forceinline__ WeightSource<false> single_source(const u8* b, const scale_t* scales, const u8* zero_points,
+                                                             const int n, const TmaMap* act_map, const TmaMap* b_map)
+{
+    WeightSource<false> src;
+    src.b0 = src.b1 = b;
+    src.scales0 = src.scales1 = scales;
+    src.zp0 = src.zp1 = zero_points;
+    src.act_map = act_map;
+    src.b0_map = src.b1_map = b_map;
+    src.n0 = 0;
+    src.n = n;
+    return src;
+}
+
+// The source of the paired node's gate and up rows (n0 left to the CTA's tile).
+__device__ __forceinline__ WeightSource<true> paired_source(const u8* b_gate, const scale_t* scales_gate,
+    const u8* zp_gate, const u8* b_up, const scale_t* scales_up, const u8* zp_up, const int n, const TmaMap* act_map,
+    const TmaMap* gate_map, const TmaMap* up_map)
+{
+    WeightSource<true> src;
+    src.b0 = b_gate;
+    src.b1 = b_up;
+    src.scales0 = scales_gate;
+    src.scales1 = scales_up;
+    src.zp0 = zp_gate;
+    src.zp1 = zp_up;
+    src.act_map = act_map;
+    src.b0_map = gate_map;
+    src.b1_map = up_map;
+    src.n0 = 0;
+    src.n = n;
+    return src;
+}
 
 struct StageView {
     u8* w;      // [TILE_N][WROW] weight bytes
@@ -1153,20 +1188,25 @@ __device__ __forceinline__ void compute_stage_wgmma(
     const int warp = (int)threadIdx.x >> 5;
     const int g = lane >> 2;
     const int t = lane & 3;
-    const int r = 16 * warp + g;
+    // The stage rows of this thread's A fragment rows (16 warp + g and 8 on): those rows, or for the paired
+    // stream-K GEMM the gate row and the up row of one column (the stage holds the gate rows, then the up rows),
+    // so that each thread's accumulators hold both operands of its SwiGLU.
+    constexpr bool kGateUpRows = kPaired && kStreamK;
+    const int lo_row = kGateUpRows ? 8 * warp + g : 16 * warp + g;
+    const int hi_row = kGateUpRows ? kTileN / 2 + 8 * warp + g : 16 * warp + g + 8;
     const u32 select = (u32)(2 * (t & 1));
     const u32 step = held_step(src.n);
     constexpr int kRowWords = kWRowBytes / 4;
     u32 lo[kRowWords];
     u32 hi[kRowWords];
-    load_words(lo, st.w + r * kWRowBytes);
-    load_words(hi, st.w + (r + 8) * kWRowBytes);
+    load_words(lo, st.w + lo_row * kWRowBytes);
+    load_words(hi, st.w + hi_row * kWRowBytes);
     DequantConst c_lo[kSpt];
     DequantConst c_hi[kSpt];
 #pragma unroll
     for (int b = 0; b < kSpt; ++b) {
-        c_lo[b] = row_const(st, src, r, tile, b);
-        c_hi[b] = row_const(st, src, r + 8, tile, b);
+        c_lo[b] = row_const(st, src, lo_row, tile, b);
+        c_hi[b] = row_const(st, src, hi_row, tile, b);
     }
 #pragma unroll
     for (int s0 = 0; s0 < kTileK / 16; s0 += kWgmmaGroupSteps) {
@@ -1248,8 +1288,8 @@ struct StageRing {
 
 // With a warpgroup of producers beside two computing ones, one CTA an SM
 // (NBITS_TMA on 256-token tiles), the CTA starts with 168 registers a
-// thread (ptxas's cap for 384 threads); the producers give all but 40 of
-// theirs to the computing warpgroups, whose 128 accumulators a thread and
+// thread (ptxas's cap for 384 threads); the producers give all but 40 (56
+// for the stream-K grid) of theirs to the computing warpgroups, whose 128 accumulators a thread and
 // dequantisation need more (at 168 ptxas serialises their wgmmas), and both
 // return to 168 before the epilogue, which they share. Not for two CTAs an
 // SM: ptxas gives a setmaxnreg.inc region no more registers than the
@@ -1268,8 +1308,13 @@ __device__ __forceinline__ void set_max_registers()
     }
 }
 [[maybe_unused]] constexpr int kLaunchRegisters = 168;
-[[maybe_unused]] constexpr int kProducerRegisters = 40;
-[[maybe_unused]] constexpr int kConsumerRegisters = 232;  // 40 x 128 + 232 x 256 = 168 x 384
+// The stream-K producers walk segments besides k tiles: at 40 registers the paired int8 kernel with zero points
+// and blocks of 16 spilled, at 56 (the computing warpgroups at 224) none did.
+[[maybe_unused]] constexpr int kProducerRegisters = kStreamK ? 56 : 40;
+[[maybe_unused]] constexpr int kConsumerRegisters = kStreamK ? 224 : 232;
+static_assert(!kSplitRegisters || kProducerRegisters * kProducers + kConsumerRegisters * kThreads ==
+                                      kLaunchRegisters * kBlockThreads,
+              "the register split hands over what the launch holds");
 
 // NBITS_TMA: the tensor copies of k tile `tile` into the stage at shared
 // address `stage`, completing on the mbarrier `bar` with the arrival that
@@ -1712,7 +1757,7 @@ using namespace nbits_prefill;
 
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm || NBITS_ENTRY_nbits_prefill_gate_up || \
     NBITS_ENTRY_nbits_prefill_gemm_tma || NBITS_ENTRY_nbits_prefill_gate_up_tma ||                             \
-    NBITS_ENTRY_nbits_prefill_gemm_stream_k
+    NBITS_ENTRY_nbits_prefill_gemm_stream_k || NBITS_ENTRY_nbits_prefill_gate_up_stream_k
 // The dynamic shared memory the GEMM entries need (SMEM above): a CPU test
 // reads it from the PTX of each tile kind and checks the planner's formula.
 extern "C" __constant__ int nbits_prefill_smem_bytes = kSmemBytes;
@@ -1729,15 +1774,9 @@ __device__ __forceinline__ void prefill_gemm(const act_t* __restrict__ a, const 
 {
     extern __shared__ __align__(16) u8 nbits_prefill_smem[];
     u8* const smem = stage_memory(nbits_prefill_smem);
-    WeightSource<false> src;
-    src.b0 = src.b1 = b;
-    src.scales0 = src.scales1 = scales;
-    src.zp0 = src.zp1 = zero_points;
-    src.act_map = act_map;
-    src.b0_map = src.b1_map = b_map;
+    WeightSource<false> src = single_source(b, scales, zero_points, n, act_map, b_map);
     const int2 tile = cta_tile();
     src.n0 = tile.x * kTileN;
-    src.n = n;
     const int m0 = tile.y * kTileM;
     gemm_mainloop(smem, a, src, m, m0);
 
@@ -1818,7 +1857,7 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) NBIT
 }
 #endif
 
-#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm_stream_k
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm_stream_k || NBITS_ENTRY_nbits_prefill_gate_up_stream_k
 namespace nbits_prefill {
 // NBITS_STREAM_K. A grid of one CTA per SM slot that takes one output tile each leaves the slots idle for the
 // rest of the last, partial round of tiles (Qwen2.5-7B up at M = 512: 296 tiles of 256 tokens on 132 SMs, three
@@ -1835,7 +1874,6 @@ namespace nbits_prefill {
 // GPU shared with other streams); with all of them resident (G is at most the CTAs an SM holds times the SMs)
 // the partials are long done by the time their sum is due. The flags start zeroed (nbits_zero_words, the step
 // before).
-[[maybe_unused]] constexpr bool kStreamK = NBITS_STREAM_K != 0;
 static_assert(!kStreamK || (kTma && kProducerWarps == 4 && kSplitK == 1 && NBITS_FIRST_COLUMN_TILE == 0),
     "NBITS_STREAM_K needs NBITS_TMA with 4 producer warps, no split-K and no first column tile");
 // Floats of a CTA's partial tile: each computing thread's accumulators.
@@ -1888,8 +1926,10 @@ struct StreamSegment {
 
 // The epilogue of a segment of this CTA (`cta`), every computing thread: its partial to its slot and flag, or the
 // tile, summed with the partials of the CTAs that took the rest of its k tiles, to Y. A thread's accumulators
-// (h, 4c .. 4c + 3) are its weight rows r, r + 8 at tokens tok, tok + 1; in a slot they lie float4 (h, c) of
-// every thread after another, so that each store and load of a warp is whole lines.
+// (h, 4c .. 4c + 3) are its weight rows r, r + 8 at tokens tok, tok + 1 (paired: the gate and the up row of
+// one column); in a slot they lie float4 (h, c) of every thread after another, so that each store and load of a
+// warp is whole lines.
+template <bool kPaired>
 __device__ __forceinline__ void stream_segment_epilogue(const float (&acc)[kWgmmaHalves][kWgmmaAcc],
     const StreamSegment& seg, const int cta, float* __restrict__ partials, u32* __restrict__ flags,
     act_t* __restrict__ y, const act_t* __restrict__ bias, const int m, const int n, const int bias_row_stride)
@@ -1925,8 +1965,7 @@ __device__ __forceinline__ void stream_segment_epilogue(const float (&acc)[kWgmm
         consumer_barrier();
     }
     const int lane = tid & 31;
-    const int r = 16 * (tid >> 5) + (lane >> 2);
-    const int col = seg.n0 + r;
+    const int col = seg.n0 + (kPaired ? 8 : 16) * (tid >> 5) + (lane >> 2);
     // A chunk of a thread's float4s at a time, each contributor's loads of a chunk in flight together: one L2
     // round trip a chunk and contributor, not one a float4 (32 registers beside the 128 accumulators).
     constexpr int kVectors = kWgmmaHalves * kWgmmaAcc / 4;
@@ -1953,29 +1992,40 @@ __device__ __forceinline__ void stream_segment_epilogue(const float (&acc)[kWgmm
             const int h = (j0 + j) / (kWgmmaAcc / 4);
             const int c = (j0 + j) % (kWgmmaAcc / 4);
             const int row = seg.m0 + kWgmmaN * h + 8 * c + 2 * (lane & 3);
-            store_output(y, bias, sum[j].x + acc[h][4 * c], row, col, m, n, bias_row_stride);
-            store_output(y, bias, sum[j].y + acc[h][4 * c + 1], row + 1, col, m, n, bias_row_stride);
-            store_output(y, bias, sum[j].z + acc[h][4 * c + 2], row, col + 8, m, n, bias_row_stride);
-            store_output(y, bias, sum[j].w + acc[h][4 * c + 3], row + 1, col + 8, m, n, bias_row_stride);
+            const float4 v = make_float4(sum[j].x + acc[h][4 * c], sum[j].y + acc[h][4 * c + 1],
+                                         sum[j].z + acc[h][4 * c + 2], sum[j].w + acc[h][4 * c + 3]);
+            if constexpr (kPaired) {
+                if (row < m && col < n) {
+                    y[(long)row * n + col] = to_act(swiglu(v.x, v.z));
+                }
+                if (row + 1 < m && col < n) {
+                    y[(long)(row + 1) * n + col] = to_act(swiglu(v.y, v.w));
+                }
+            } else {
+                store_output(y, bias, v.x, row, col, m, n, bias_row_stride);
+                store_output(y, bias, v.y, row + 1, col, m, n, bias_row_stride);
+                store_output(y, bias, v.z, row, col + 8, m, n, bias_row_stride);
+                store_output(y, bias, v.w, row + 1, col + 8, m, n, bias_row_stride);
+            }
         }
     }
 }
 
-// The stream-K GEMM of one weight set: the warp-specialised pipeline of produced_k_tiles over this CTA's units,
-// an epilogue after each segment. A template, so that configurations without NBITS_STREAM_K never instantiate it.
+// The stream-K GEMM (of the paired gate/up node too): the warp-specialised pipeline of produced_k_tiles over this
+// CTA's units, an epilogue after each segment. Instantiated by the stream-K entries only.
 template <bool kPaired>
 __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src,
     const act_t* __restrict__ bias, act_t* __restrict__ y, const int m, const int n, const int bias_row_stride,
     float* __restrict__ partials, u32* __restrict__ flags)
 {
-    static_assert(!kPaired, "the stream-K GEMM takes one weight set");
+    constexpr int kColumns = kPaired ? kTileN / 2 : kTileN;  // of Y, a tile
     const u32 smem_base = smem_addr(smem);
     const u32 full = smem_base + kPipelineBytes;
     const u32 empty = full + 8 * kStages;
     init_stage_barriers(full, empty);
     const int m_tiles = (m + kTileM - 1) / kTileM;
     StreamSegment seg;
-    seg.units = (long long)((n + kTileN - 1) / kTileN) * m_tiles * kTilesK;
+    seg.units = (long long)((n + kColumns - 1) / kColumns) * m_tiles * kTilesK;
     const int cta = (int)blockIdx.x;
     const long long begin = nbits_stream_k::first_unit(cta, (int)gridDim.x, seg.units);
     const long long end = nbits_stream_k::first_unit(cta + 1, (int)gridDim.x, seg.units);
@@ -1984,7 +2034,7 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
         seg.tile = tile;
         seg.k0 = k0;
         seg.k1 = k1;
-        seg.n0 = tile / m_tiles * kTileN;
+        seg.n0 = tile / m_tiles * kColumns;
         seg.m0 = tile % m_tiles * kTileM;
         weights.n0 = seg.n0;
     };
@@ -2021,12 +2071,14 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
         wgmma_wait<0>();
 #pragma unroll
         for (int h = 0; h < kWgmmaHalves; ++h) fence_accumulators(acc[h]);
-        stream_segment_epilogue(acc, seg, cta, partials, flags, y, bias, m, n, bias_row_stride);
+        stream_segment_epilogue<kPaired>(acc, seg, cta, partials, flags, y, bias, m, n, bias_row_stride);
     });
     set_max_registers<false, kLaunchRegisters>();
 }
 }  // namespace nbits_prefill
+#endif
 
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm_stream_k
 // nbits_prefill_gemm_tma over a stream-K grid (NBITS_STREAM_K; without it, nbits_prefill_gemm_tma itself):
 // partials holds gridDim.x partial tiles of kPartialFloats floats, flags gridDim.x words, zero at launch.
 extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) nbits_prefill_gemm_stream_k(
@@ -2047,15 +2099,8 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) nbit
     if constexpr (kStreamK) {
         extern __shared__ __align__(16) u8 nbits_prefill_smem[];
         u8* const smem = stage_memory(nbits_prefill_smem);
-        WeightSource<false> src;
-        src.b0 = src.b1 = b;
-        src.scales0 = src.scales1 = scales;
-        src.zp0 = src.zp1 = zero_points;
-        src.act_map = &act_map;
-        src.b0_map = src.b1_map = &b_map;
-        src.n0 = 0;
-        src.n = n;
-        stream_k_gemm(smem, a, src, bias, y, m, n, bias_row_stride, partials, flags);
+        stream_k_gemm(smem, a, single_source(b, scales, zero_points, n, &act_map, &b_map), bias, y, m, n,
+                      bias_row_stride, partials, flags);
     } else {
         prefill_gemm(a, b, scales, zero_points, bias, y, m, n, bias_row_stride, &act_map, &b_map);
     }
@@ -2072,7 +2117,8 @@ extern "C" __global__ void nbits_zero_words(u32* __restrict__ words, const int c
 }
 #endif
 
-#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gate_up || NBITS_ENTRY_nbits_prefill_gate_up_tma
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gate_up || NBITS_ENTRY_nbits_prefill_gate_up_tma || \
+    NBITS_ENTRY_nbits_prefill_gate_up_stream_k
 namespace nbits_prefill {
 // The CTA's output tile of the entries nbits_prefill_gate_up and nbits_prefill_gate_up_tma.
 __device__ __forceinline__ void prefill_gate_up(const act_t* __restrict__ a, const u8* __restrict__ b_gate,
@@ -2083,19 +2129,10 @@ __device__ __forceinline__ void prefill_gate_up(const act_t* __restrict__ a, con
     static_assert(kTileN % 64 == 0, "paired TILE_N multiple of 64");
     extern __shared__ __align__(16) u8 nbits_prefill_smem[];
     u8* const smem = stage_memory(nbits_prefill_smem);
-    WeightSource<true> src;
-    src.b0 = b_gate;
-    src.b1 = b_up;
-    src.scales0 = scales_gate;
-    src.scales1 = scales_up;
-    src.zp0 = zp_gate;
-    src.zp1 = zp_up;
-    src.act_map = act_map;
-    src.b0_map = gate_map;
-    src.b1_map = up_map;
+    WeightSource<true> src =
+        paired_source(b_gate, scales_gate, zp_gate, b_up, scales_up, zp_up, n, act_map, gate_map, up_map);
     const int2 tile = cta_tile();
     src.n0 = tile.x * (kTileN / 2);
-    src.n = n;
     const int m0 = tile.y * kTileM;
     gemm_mainloop(smem, a, src, m, m0);
 
@@ -2162,6 +2199,40 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) NBIT
     const __grid_constant__ TmaMap up_map)
 {
     prefill_gate_up(a, b_gate, scales_gate, zp_gate, b_up, scales_up, zp_up, y, m, n, &act_map, &gate_map, &up_map);
+}
+#endif
+
+#if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gate_up_stream_k
+// nbits_prefill_gate_up_tma over a stream-K grid (NBITS_STREAM_K; without it, nbits_prefill_gate_up_tma itself),
+// with partials and flags as nbits_prefill_gemm_stream_k's.
+extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) nbits_prefill_gate_up_stream_k(
+    const act_t* __restrict__ a,          // align 16
+    const u8* __restrict__ b_gate,        // align 16
+    const scale_t* __restrict__ scales_gate,  // align 4
+    const u8* __restrict__ zp_gate,       // align 4
+    const u8* __restrict__ b_up,          // align 16
+    const scale_t* __restrict__ scales_up,    // align 4
+    const u8* __restrict__ zp_up,         // align 4
+    act_t* __restrict__ y,                // align 2
+    const int m,
+    const int n,
+    const __grid_constant__ TmaMap act_map,
+    const __grid_constant__ TmaMap gate_map,
+    const __grid_constant__ TmaMap up_map,
+    float* __restrict__ partials,         // align 16
+    u32* __restrict__ flags)              // align 4
+{
+    if constexpr (kStreamK) {
+        extern __shared__ __align__(16) u8 nbits_prefill_smem[];
+        u8* const smem = stage_memory(nbits_prefill_smem);
+        stream_k_gemm(smem, a,
+                      paired_source(b_gate, scales_gate, zp_gate, b_up, scales_up, zp_up, n, &act_map, &gate_map,
+                                    &up_map),
+                      nullptr, y, m, n, 0, partials, flags);
+    } else {
+        prefill_gate_up(a, b_gate, scales_gate, zp_gate, b_up, scales_up, zp_up, y, m, n, &act_map, &gate_map,
+                        &up_map);
+    }
 }
 #endif
 

@@ -405,14 +405,14 @@ bool tma_feeds(const FastestRequest& fastest, const PrefillTiles& tiles)
 
 std::size_t prefill_ctas(const FastestRequest& fastest, const PrefillTiles& tiles);
 
-// NBITS_PREFILL_STREAM_K=1 where the stream-K grid can take the node: sm_90, one weight set, past M = 128, rows
-// the tensor maps describe (see tma_feeds). The 256-token tiles then take it whatever their count.
+// NBITS_PREFILL_STREAM_K=1 where the stream-K grid can take the node: sm_90, past M = 128, rows the tensor maps
+// describe (see tma_feeds). The 256-token tiles then take it whatever their count.
 bool stream_k_requested(const FastestRequest& fastest)
 {
     const Capabilities& device = fastest.request.context.capabilities;
     return fastest.request.context.overrides.prefill_stream_k == 1 && device.compute_major == 9 &&
-           device.compute_minor == 0 && device.multiprocessor_count > 0 && fastest.up == nullptr &&
-           fastest.m > kWgmmaTallMinM && tma_feeds(fastest, kWgmmaTallTiles);
+           device.compute_minor == 0 && device.multiprocessor_count > 0 && fastest.m > kWgmmaTallMinM &&
+           tma_feeds(fastest, kWgmmaTallTiles);
 }
 
 // The stream-K grid over `rows` rows: one CTA a slot (min_ctas an SM), no more than the units of work (an output
@@ -626,10 +626,10 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
     const TailSplit tail = tail_split_for(fastest, *tiles, rows, column_tiles);
     // One launch of `t` over `count` column tiles from `first`.
     auto add_step = [&](const PrefillTiles& t, std::size_t first, std::size_t count) {
-        StepBuilder step(paired     ? (t.tma ? "nbits_prefill_gate_up_tma" : "nbits_prefill_gate_up")
-                         : t.stream_k ? "nbits_prefill_gemm_stream_k"
-                         : t.tma      ? "nbits_prefill_gemm_tma"
-                                      : "nbits_prefill_gemm",
+        const char* entry = t.stream_k ? (paired ? "nbits_prefill_gate_up_stream_k" : "nbits_prefill_gemm_stream_k")
+                            : t.tma    ? (paired ? "nbits_prefill_gate_up_tma" : "nbits_prefill_gemm_tma")
+                                       : (paired ? "nbits_prefill_gate_up" : "nbits_prefill_gemm");
+        StepBuilder step(entry,
                          paired ? "nbits fused gate/up SwiGLU prefill GEMM" : "nbits fused prefill GEMM");
         step.arg("a", activation)
             .arg("y", rows_of(o.output, row, y_row_bytes))

@@ -589,6 +589,7 @@ TEST_CASE("the fused prefill GEMM's planned dynamic shared memory is what the ke
               {{&PlanOverrides::prefill_tma, 1}, {&PlanOverrides::prefill_wgmma_tile_n, 256}})},
         {"stream-K 256-token tiles, bf16 zero points",
          with(fastest(node(4096, 14336), rows(300, DataType::BFloat16)), {{&PlanOverrides::prefill_stream_k, 1}})},
+        {"stream-K 256-token tiles, paired int8", with(fastest(paired_int8, rows(512)), {{&PlanOverrides::prefill_stream_k, 1}})},
     };
     const std::string symbol = ".u32 nbits_prefill_smem_bytes = ";
     for (const Planned& p : planned) {
@@ -647,6 +648,8 @@ TEST_CASE("the planned sm_90 wgmma steps assemble for sm_90a without spills and 
     };
     test::Shapes bf16_512 = rows(512, DataType::BFloat16);
     bf16_512.zero_points = true;
+    test::Shapes zp300 = rows(300);
+    zp300.zero_points = true;
     const std::vector<std::pair<const char*, test::Problem>> problems = {
         {"TMA, fp16 int4 M = 64 (64-token tiles)", tma(without_tma(node(4096, 14336), rows(64)))},
         {"TMA, fp16 int4 M = 128", tma(without_tma(node(4096, 14336), rows(128)))},
@@ -662,6 +665,10 @@ TEST_CASE("the planned sm_90 wgmma steps assemble for sm_90a without spills and 
                                                           &PlanOverrides::prefill_stream_k, 1)},
         {"TMA stream-K, fp16 int8 block 128 M = 200, fp32 scales",
          with_override(fastest(node(4096, 14336, 8, 128), f32_scales), &PlanOverrides::prefill_stream_k, 1)},
+        // The producers' loop over segments spilled at 40 registers here (now 56).
+        {"TMA stream-K, paired gate/up int8 block 16 zero points M = 300",
+         with_override(fastest(test::marked(node(4096, 14336, 8, 16), kGateUpSwigluAttr), zp300),
+                       &PlanOverrides::prefill_stream_k, 1)},
     };
     std::vector<std::pair<std::string, LaunchPlan>> plans;
     for (const Planned& p : planned) {
@@ -676,8 +683,7 @@ TEST_CASE("the planned sm_90 wgmma steps assemble for sm_90a without spills and 
         const bool streamed = name.rfind("TMA stream-K", 0) == 0;
         // A stream-K grid's flags are zeroed first.
         const KernelStep& step = test::kernel_step(plan, streamed ? 1 : 0);
-        CHECK((step.entry.find("_tma") != std::string::npos || step.entry == "nbits_prefill_gemm_stream_k") ==
-              (name.rfind("TMA", 0) == 0));
+        CHECK((step.entry.find(streamed ? "_stream_k" : "_tma") != std::string::npos) == (name.rfind("TMA", 0) == 0));
         jit::CompileRequest request;
         request.source = &kernels::source_of_entry(step.entry);
         request.entries = {step.entry};
@@ -837,7 +843,8 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TAIL_SPLIT: the whole wav
     }
 }
 
-TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_STREAM_K: one CTA an SM sharing the 256-token tiles' k tiles")
+TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_STREAM_K: one CTA an SM sharing the 256-token tiles' k tiles, "
+          "one weight set or the paired gate/up node")
 {
     auto streamed = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::prefill_stream_k, 1); };
     // Llama-3-8B up at M = 512: 224 tiles of 64 k tiles over the H200's 132 SMs, after a step that zeroes the
@@ -885,14 +892,25 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_STREAM_K: one CTA an SM s
     CHECK(fastest(node(4096, 4096), rows(256)).plan().variant == "nbits_prefill_dequantize_cublaslt");
     // A grid of fewer units than SMs takes one CTA a unit: 1 column tile of K = 512 (8 k tiles) stays off it.
     CHECK(streamed(fastest(node(512, 128), rows(256))).plan().variant != "nbits_prefill_wgmma");
-    // Not at M <= 128 (128-token tiles), for the paired node, where the tensor maps cannot describe the rows
-    // (K % 8 != 0), off sm_90, nor with the override 0 or unset.
+    // The paired gate/up node: 64 columns of Y a tile (the gate and up rows of each), Llama-3-8B at M = 512 224
+    // column tiles of two token tiles.
+    const LaunchPlan paired = streamed(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(512))).plan();
+    CHECK(paired.variant == "nbits_prefill_wgmma");
+    CHECK(entries(paired) == std::vector<std::string>{"nbits_zero_words", "nbits_prefill_gate_up_stream_k"});
+    CHECK(test::kernel_step(paired, 1).config.grid == Dim3{132, 1, 1});
+    CHECK(paired.scratch_bytes == up.scratch_bytes);
+    // Not at M <= 128 (128-token tiles), where the tensor maps cannot describe the rows (K % 8 != 0), off sm_90,
+    // nor with the override 0 or unset.
     auto no_stream = [](const test::Problem& p) {
-        const std::vector<std::string> names = entries(p.plan());
-        return std::find(names.begin(), names.end(), "nbits_prefill_gemm_stream_k") == names.end();
+        for (const std::string& name : entries(p.plan())) {
+            if (name.find("_stream_k") != std::string::npos) {
+                return false;
+            }
+        }
+        return true;
     };
     CHECK(no_stream(streamed(fastest(node(4096, 14336), rows(128)))));
-    CHECK(no_stream(streamed(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(512)))));
+    CHECK(no_stream(streamed(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(128)))));
     CHECK(no_stream(streamed(fastest(node(4100, 14336), rows(512)))));
     CHECK(no_stream(streamed(fastest(node(4096, 14336), rows(512), Capabilities::a100()))));
     CHECK(no_stream(with_override(fastest(node(4096, 14336), rows(512)), &PlanOverrides::prefill_stream_k, 0)));

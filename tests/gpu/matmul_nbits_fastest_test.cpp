@@ -182,7 +182,7 @@ struct Outcome {
     std::string variant;
     std::uint32_t split_k = 1;  // the most CTAs of a kernel's cluster along z (grid.z)
     bool tma = false;           // a kernel took its tiles by the tensor memory accelerator (an entry *_tma)
-    bool stream_k = false;      // the fused GEMM ran as a stream-K grid (nbits_prefill_gemm_stream_k)
+    bool stream_k = false;      // the fused GEMM ran as a stream-K grid (an entry *_stream_k)
     std::size_t gemm_launches = 0;  // launches of the fused prefill GEMM (nbits_prefill_gemm*, *_gate_up*)
 };
 
@@ -337,7 +337,7 @@ Outcome run_node(const FastestNode& node)
             result.split_k = std::max(result.split_k, kernel->config.grid.z);
             const std::string& entry = kernel->entry;
             result.tma = result.tma || (entry.size() > 4 && entry.compare(entry.size() - 4, 4, "_tma") == 0);
-            result.stream_k = result.stream_k || entry == "nbits_prefill_gemm_stream_k";
+            result.stream_k = result.stream_k || entry.find("_stream_k") != std::string::npos;
             result.gemm_launches += entry.rfind("nbits_prefill_g", 0) == 0 ? 1 : 0;
         }
     }
@@ -757,8 +757,7 @@ TEST_CASE("the stream-K wgmma GEMM (NBITS_PREFILL_STREAM_K) meets the float64 or
         return;
     }
     const ScopedEnv stream_k(ops::kPrefillStreamKEnv, std::string("1"));
-    // Every feature (the paired nodes and K = 1000, 1003 keep their own plans) at one to three token tiles, the
-    // last one partial. 6500 columns of K = 512: 408 units (51 tiles of 8 k tiles) at M <= 256, so that each CTA
+    // Every feature (K = 1000, 1003 keep their own plans) at one to three token tiles, the last one partial. 6500 columns of K = 512: 408 units (51 tiles of 8 k tiles) at M <= 256, so that each CTA
     // of the H200's 132 takes 3 or 4 and most tiles are summed from three CTAs; 13000 columns at M = 520: 18.5
     // units a CTA, whole tiles between a first partial and a last; K = 4096 over 2000 columns: a tile's 64 k
     // tiles over 8 CTAs.
@@ -780,10 +779,12 @@ TEST_CASE("the stream-K wgmma GEMM (NBITS_PREFILL_STREAM_K) meets the float64 or
         DeviceOutput output(runtime, c.activation, {c.m, c.n});
         const RunOutcome eager = run_into(*op, device.tensors(), output);
         const std::vector<std::string> entries = kernel_entries(eager.plan);
-        const bool streamed = std::find(entries.begin(), entries.end(), "nbits_prefill_gemm_stream_k") != entries.end();
+        const bool streamed = std::find(entries.begin(), entries.end(), c.gate_up ? "nbits_prefill_gate_up_stream_k"
+                                                                                  : "nbits_prefill_gemm_stream_k") !=
+                              entries.end();
         const std::size_t row_bytes = (c.k + c.block_size - 1) / c.block_size * c.block_size * c.bits / 8;
         CHECK(eager.plan.variant == "nbits_prefill_wgmma");
-        CHECK(streamed == (!c.gate_up && c.k % 8 == 0 && row_bytes % 16 == 0));
+        CHECK(streamed == (c.k % 8 == 0 && row_bytes % 16 == 0));
         Outcome ran;
         ran.error = oracle_error(output_values(c.activation, eager.bytes), node.expected);
         CAPTURE(ran.error.describe());
@@ -1100,10 +1101,13 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
     add(DataType::Float16, 40, 8, 32, true, Bias::Folded, false, false);
     set.back().n = 13000;
     const std::size_t short_tma_node = set.size() - 1;
-    // The stream-K grid (NBITS_PREFILL_STREAM_K=1): tiles summed from the partials of up to four CTAs.
+    // The stream-K grid (NBITS_PREFILL_STREAM_K=1): tiles summed from the partials of up to four CTAs; the
+    // paired node with an RMS-norm pass before it.
     add(DataType::BFloat16, 300, 4, 32, true, Bias::Plain, false, false);
     set.back().n = 6500;
     const std::size_t stream_k_node = set.size() - 1;
+    add(DataType::Float16, 260, 8, 16, true, Bias::None, true, true);
+    set.back().n = 3300;
     std::uint64_t seed = 0x5a17;
     for (std::size_t i = 0; i < set.size(); ++i) {
         const FastestCase& c = set[i];
@@ -1123,13 +1127,13 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
         const ScopedEnv tma(ops::kPrefillTmaEnv,
                             i >= first_tma_node ? std::optional<std::string>("1") : std::nullopt);
         const ScopedEnv stream_k(ops::kPrefillStreamKEnv,
-                                 i == stream_k_node ? std::optional<std::string>("1") : std::nullopt);
+                                 i >= stream_k_node ? std::optional<std::string>("1") : std::nullopt);
         const Outcome outcome = run_case(c, seed++);
         CAPTURE(outcome.variant);
         CHECK(outcome.error.all_finite);
         CHECK(outcome.error.max_abs <= std::max(2e-2f * outcome.error.max_out, 1e-3f));
         if (i >= first_tma_node && matmul_gpu().capabilities().sm() == 90) {
-            CHECK((i == stream_k_node ? outcome.stream_k : outcome.tma));
+            CHECK((i >= stream_k_node ? outcome.stream_k : outcome.tma));
         }
     }
 }
