@@ -421,9 +421,13 @@ std::size_t stream_k_ctas(const FastestRequest& fastest, const PrefillTiles& til
 {
     const std::size_t slots =
         static_cast<std::size_t>(tiles.min_ctas) * fastest.request.context.capabilities.multiprocessor_count;
-    const std::size_t units = prefill_column_tiles(fastest, tiles) * div_ceil(rows, static_cast<std::size_t>(tiles.tile_m)) *
-                              div_ceil(fastest.request.config.k, static_cast<std::size_t>(tiles.tile_k));
-    return std::min(slots, units);
+    // Tiles times k tiles only while below the slots, so that no product of a hostile shape overflows.
+    const std::size_t tiles_count =
+        prefill_column_tiles(fastest, tiles) * div_ceil(rows, static_cast<std::size_t>(tiles.tile_m));
+    if (tiles_count >= slots) {
+        return slots;
+    }
+    return std::min(slots, tiles_count * div_ceil(fastest.request.config.k, static_cast<std::size_t>(tiles.tile_k)));
 }
 
 // Bytes of the stream-K scratch for a grid of `ctas`: a partial tile a CTA (each computing thread's fp32

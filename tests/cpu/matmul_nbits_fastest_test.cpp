@@ -589,7 +589,8 @@ TEST_CASE("the fused prefill GEMM's planned dynamic shared memory is what the ke
               {{&PlanOverrides::prefill_tma, 1}, {&PlanOverrides::prefill_wgmma_tile_n, 256}})},
         {"stream-K 256-token tiles, bf16 zero points",
          with(fastest(node(4096, 14336), rows(300, DataType::BFloat16)), {{&PlanOverrides::prefill_stream_k, 1}})},
-        {"stream-K 256-token tiles, paired int8", with(fastest(paired_int8, rows(512)), {{&PlanOverrides::prefill_stream_k, 1}})},
+        {"stream-K 256-token tiles, paired int8",
+         with(fastest(paired_int8, rows(512)), {{&PlanOverrides::prefill_stream_k, 1}})},
     };
     const std::string symbol = ".u32 nbits_prefill_smem_bytes = ";
     for (const Planned& p : planned) {

@@ -757,10 +757,11 @@ TEST_CASE("the stream-K wgmma GEMM (NBITS_PREFILL_STREAM_K) meets the float64 or
         return;
     }
     const ScopedEnv stream_k(ops::kPrefillStreamKEnv, std::string("1"));
-    // Every feature (K = 1000, 1003 keep their own plans) at one to three token tiles, the last one partial. 6500 columns of K = 512: 408 units (51 tiles of 8 k tiles) at M <= 256, so that each CTA
-    // of the H200's 132 takes 3 or 4 and most tiles are summed from three CTAs; 13000 columns at M = 520: 18.5
-    // units a CTA, whole tiles between a first partial and a last; K = 4096 over 2000 columns: a tile's 64 k
-    // tiles over 8 CTAs.
+    // Every feature (K = 1000 and 1003 keep their own plans: no tensor maps) at one to three token tiles, the
+    // last one partial. 6500 columns of K = 512 at M <= 256: 408 units (51 tiles of 8 k tiles), 3 or 4 a CTA of
+    // the H200's 132, so that most tiles are summed from the partials of two or three CTAs; 13000 columns at
+    // M = 520: 18.5 units a CTA, whole tiles between a first partial and a last; K = 4096 over 2000 columns: a
+    // tile's 64 k tiles over 8 CTAs.
     std::vector<FastestCase> nodes = at_rows(wide_prefill_cases(), {129, 256, 300, 520});
     for (std::size_t i = 0; i < nodes.size(); ++i) {
         if (nodes[i].m == 520) {
@@ -783,8 +784,10 @@ TEST_CASE("the stream-K wgmma GEMM (NBITS_PREFILL_STREAM_K) meets the float64 or
                                                                                   : "nbits_prefill_gemm_stream_k") !=
                               entries.end();
         const std::size_t row_bytes = (c.k + c.block_size - 1) / c.block_size * c.block_size * c.bits / 8;
-        CHECK(eager.plan.variant == "nbits_prefill_wgmma");
         CHECK(streamed == (c.k % 8 == 0 && row_bytes % 16 == 0));
+        if (streamed) {
+            CHECK(eager.plan.variant == "nbits_prefill_wgmma");
+        }
         Outcome ran;
         ran.error = oracle_error(output_values(c.activation, eager.bytes), node.expected);
         CAPTURE(ran.error.describe());
