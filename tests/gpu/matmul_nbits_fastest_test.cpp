@@ -757,8 +757,8 @@ TEST_CASE("the stream-K wgmma GEMM (NBITS_PREFILL_STREAM_K) meets the float64 or
         return;
     }
     const ScopedEnv stream_k(ops::kPrefillStreamKEnv, std::string("1"));
-    // Every feature (K = 1000 and 1003 keep their own plans: no tensor maps) at one to three token tiles, the
-    // last one partial. 6500 columns of K = 512 at M <= 256: 408 units (51 tiles of 8 k tiles), 3 or 4 a CTA of
+    // Every feature at one to three token tiles, the last one partial (K = 1000: a partial last k tile; K = 1003
+    // keeps its own plan, the tensor maps cannot describe its rows). 6500 columns of K = 512 at M <= 256: 408 units (51 tiles of 8 k tiles), 3 or 4 a CTA of
     // the H200's 132, so that most tiles are summed from the partials of two or three CTAs; 13000 columns at
     // M = 520: 18.5 units a CTA, whole tiles between a first partial and a last; K = 4096 over 2000 columns: a
     // tile's 64 k tiles over 8 CTAs.
