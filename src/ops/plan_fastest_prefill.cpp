@@ -406,13 +406,14 @@ bool tma_feeds(const FastestRequest& fastest, const PrefillTiles& tiles)
 std::size_t prefill_ctas(const FastestRequest& fastest, const PrefillTiles& tiles);
 
 // NBITS_PREFILL_STREAM_K=1 where the stream-K grid can take the node: sm_90, past M = 128, rows the tensor maps
-// describe (see tma_feeds). The 256-token tiles then take it whatever their count.
+// describe (see tma_feeds), and no override asking for 128-token tiles. The 256-token tiles then take it whatever
+// their count.
 bool stream_k_requested(const FastestRequest& fastest)
 {
     const Capabilities& device = fastest.request.context.capabilities;
     return fastest.request.context.overrides.prefill_stream_k == 1 && device.compute_major == 9 &&
            device.compute_minor == 0 && device.multiprocessor_count > 0 && fastest.m > kWgmmaTallMinM &&
-           tma_feeds(fastest, kWgmmaTallTiles);
+           wgmma_tile_m_override(fastest) != 128 && tma_feeds(fastest, kWgmmaTallTiles);
 }
 
 // The stream-K grid over `rows` rows: one CTA a slot (min_ctas an SM), no more than the units of work (an output

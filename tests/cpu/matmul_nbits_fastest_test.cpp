@@ -916,7 +916,9 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_STREAM_K: one CTA an SM s
     CHECK(no_stream(streamed(fastest(node(4096, 14336), rows(512), Capabilities::a100()))));
     CHECK(no_stream(with_override(fastest(node(4096, 14336), rows(512)), &PlanOverrides::prefill_stream_k, 0)));
     CHECK(no_stream(fastest(node(4096, 14336), rows(512))));
-    // Nor with the cp.async pipeline (NBITS_PREFILL_TMA=0) or other producers.
+    // Nor with the cp.async pipeline (NBITS_PREFILL_TMA=0), other producers or 128-token tiles asked for.
+    CHECK(no_stream(
+        with_override(streamed(fastest(node(4096, 14336), rows(512))), &PlanOverrides::prefill_wgmma_tile_m, 128)));
     CHECK(no_stream(with_override(streamed(fastest(node(4096, 14336), rows(512))), &PlanOverrides::prefill_tma, 0)));
     CHECK(no_stream(
         with_override(streamed(fastest(node(4096, 14336), rows(512))), &PlanOverrides::prefill_producer_warps, 1)));
