@@ -123,6 +123,26 @@ private:
     std::optional<std::string> previous_;
 };
 
+// A non-blocking stream of the runtime's context (a caller's stream), synchronised and destroyed with this object.
+class CallerStream {
+public:
+    explicit CallerStream(CudaRuntime& runtime);
+    ~CallerStream();
+    CallerStream(const CallerStream&) = delete;
+    CallerStream& operator=(const CallerStream&) = delete;
+    CUstream get() const { return stream_; }
+    void synchronize();
+
+private:
+    CudaRuntime& runtime_;
+    CUstream stream_ = nullptr;
+};
+
+// Calls body(index, stream) on `threads` threads at once, each with a caller stream of its own that it
+// synchronises at the end; the error each thread caught ("" where none).
+std::vector<std::string> run_on_caller_streams(CudaRuntime& runtime, int threads,
+                                               const std::function<void(int index, CUstream stream)>& body);
+
 // `record` enqueued on the runtime's stream, captured into a CUDA graph in
 // global capture mode and instantiated; both are destroyed with this object.
 class CapturedGraph {

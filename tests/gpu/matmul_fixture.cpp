@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <variant>
 
 namespace nbits::test {
@@ -230,6 +231,47 @@ CapturedGraph::CapturedGraph(CudaRuntime& runtime, const std::function<void()>& 
         driver.graph_destroy(graph_);
         cuda::check(instantiated, "instantiating the captured graph");
     }
+}
+
+CallerStream::CallerStream(CudaRuntime& runtime) : runtime_(runtime)
+{
+    CudaRuntime::Internals::ScopedContext scope(runtime_);
+    cuda::check(cuda::driver().stream_create(&stream_, CU_STREAM_NON_BLOCKING), "creating a caller stream");
+}
+
+CallerStream::~CallerStream()
+{
+    CudaRuntime::Internals::ScopedContext scope(runtime_);
+    cuda::driver().stream_synchronize(stream_);
+    cuda::driver().stream_destroy(stream_);
+}
+
+void CallerStream::synchronize()
+{
+    CudaRuntime::Internals::ScopedContext scope(runtime_);
+    cuda::check(cuda::driver().stream_synchronize(stream_), "waiting for the caller stream");
+}
+
+std::vector<std::string> run_on_caller_streams(CudaRuntime& runtime, int threads,
+                                               const std::function<void(int index, CUstream stream)>& body)
+{
+    std::vector<std::string> failures(static_cast<std::size_t>(threads));
+    std::vector<std::thread> running;
+    for (int t = 0; t < threads; ++t) {
+        running.emplace_back([&, t] {
+            try {
+                CallerStream stream(runtime);
+                body(t, stream.get());
+                stream.synchronize();
+            } catch (const std::exception& error) {
+                failures[static_cast<std::size_t>(t)] = error.what();
+            }
+        });
+    }
+    for (std::thread& thread : running) {
+        thread.join();
+    }
+    return failures;
 }
 
 void check_graph_replays(CudaRuntime& runtime, DeviceOutput& output, const std::vector<std::uint8_t>& eager,

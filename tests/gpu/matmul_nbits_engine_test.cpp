@@ -10,8 +10,6 @@
 
 #include <doctest/doctest.h>
 
-#include <thread>
-
 using namespace nbits;
 using namespace nbits::test;
 
@@ -39,34 +37,6 @@ void spin(CudaRuntime& runtime, CUstream stream)
     runtime.internals().launch(runtime.internals().function(spin_source(), "spin"), LaunchConfig{}, args, stream,
                                "spin");
 }
-
-// A stream of the runtime's context, destroyed with this object.
-class CallerStream {
-public:
-    explicit CallerStream(CudaRuntime& runtime) : runtime_(runtime)
-    {
-        CudaRuntime::Internals::ScopedContext scope(runtime_);
-        cuda::check(cuda::driver().stream_create(&stream_, CU_STREAM_NON_BLOCKING), "creating a caller stream");
-    }
-    ~CallerStream()
-    {
-        CudaRuntime::Internals::ScopedContext scope(runtime_);
-        cuda::driver().stream_synchronize(stream_);
-        cuda::driver().stream_destroy(stream_);
-    }
-    CallerStream(const CallerStream&) = delete;
-    CallerStream& operator=(const CallerStream&) = delete;
-    CUstream get() const { return stream_; }
-    void synchronize()
-    {
-        CudaRuntime::Internals::ScopedContext scope(runtime_);
-        cuda::check(cuda::driver().stream_synchronize(stream_), "waiting for the caller stream");
-    }
-
-private:
-    CudaRuntime& runtime_;
-    CUstream stream_ = nullptr;
-};
 
 void copy_async(CudaRuntime& runtime, CUdeviceptr destination, CUdeviceptr source, std::size_t bytes, CUstream stream)
 {
@@ -247,27 +217,14 @@ TEST_CASE("many threads running one operator, and several operators, write the b
         outputs.push_back(std::make_unique<DeviceOutput>(runtime, prepared.output().tensor().dtype,
                                                          prepared.output().tensor().shape));
     }
-    std::vector<std::string> failures(kThreads);
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-        threads.emplace_back([&, t] {
-            try {
-                PreparedCase& prepared = *cases[static_cast<std::size_t>(t) % cases.size()];
-                CallerStream stream(runtime);
-                RunOptions options;
-                options.stream = stream.get();
-                for (int run = 0; run < kRuns; ++run) {
-                    prepared.op().run(prepared.inputs(), {outputs[static_cast<std::size_t>(t)]->tensor()}, options);
-                }
-                stream.synchronize();
-            } catch (const std::exception& error) {
-                failures[static_cast<std::size_t>(t)] = error.what();
-            }
-        });
-    }
-    for (std::thread& thread : threads) {
-        thread.join();
-    }
+    const std::vector<std::string> failures = run_on_caller_streams(runtime, kThreads, [&](int t, CUstream stream) {
+        PreparedCase& prepared = *cases[static_cast<std::size_t>(t) % cases.size()];
+        RunOptions options;
+        options.stream = stream;
+        for (int run = 0; run < kRuns; ++run) {
+            prepared.op().run(prepared.inputs(), {outputs[static_cast<std::size_t>(t)]->tensor()}, options);
+        }
+    });
     for (int t = 0; t < kThreads; ++t) {
         CAPTURE(t);
         CHECK(failures[static_cast<std::size_t>(t)].empty());

@@ -750,6 +750,50 @@ TEST_CASE("the wgmma GEMM with its last partial wave's K split in a second launc
     }
 }
 
+namespace {
+
+// A node's Fastest operator with its inputs on the device, run once eagerly into `output`.
+struct EagerNode {
+    FastestNode node;
+    std::unique_ptr<ops::MatMulNBits> op;
+    DeviceTensors device;
+    DeviceOutput output;
+    RunOutcome eager;
+
+    EagerNode(CudaRuntime& runtime, const FastestCase& c, std::uint64_t seed)
+        : node(make_node(c, seed)),
+          op(fastest_operator(node)),
+          device(runtime, node.inputs),
+          output(runtime, c.activation, {c.m, c.n}),
+          eager(run_into(*op, device.tensors(), output))
+    {
+    }
+    // Whether some launched entry's name holds `part`.
+    bool launches(const std::string& part) const
+    {
+        const std::vector<std::string> entries = kernel_entries(eager.plan);
+        return std::any_of(entries.begin(), entries.end(),
+                           [&](const std::string& entry) { return entry.find(part) != std::string::npos; });
+    }
+    // The eager run against the float64 oracle's bounds.
+    void check_oracle() const
+    {
+        Outcome ran;
+        ran.error = oracle_error(output_values(node.spec.activation, eager.bytes), node.expected);
+        CAPTURE(ran.error.describe());
+        check_oracle_bounds(node.spec, ran);
+    }
+    // Captured into a CUDA graph, its replays write the eager run's bytes.
+    void check_replays(CudaRuntime& runtime)
+    {
+        REQUIRE(eager.plan.capture_safe);
+        check_graph_replays(runtime, output, eager.bytes, element_size(node.spec.activation),
+                            [&] { op->run(device.tensors(), {output.tensor()}); });
+    }
+};
+
+}  // namespace
+
 TEST_CASE("the stream-K wgmma GEMM (NBITS_PREFILL_STREAM_K) meets the float64 oracle and writes the same bytes every "
           "run, eager and from a CUDA graph")
 {
@@ -758,10 +802,10 @@ TEST_CASE("the stream-K wgmma GEMM (NBITS_PREFILL_STREAM_K) meets the float64 or
     }
     const ScopedEnv stream_k(ops::kPrefillStreamKEnv, std::string("1"));
     // Every feature at one to three token tiles, the last one partial (K = 1000: a partial last k tile; K = 1003
-    // keeps its own plan, the tensor maps cannot describe its rows). 6500 columns of K = 512 at M <= 256: 408 units (51 tiles of 8 k tiles), 3 or 4 a CTA of
-    // the H200's 132, so that most tiles are summed from the partials of two or three CTAs; 13000 columns at
-    // M = 520: 18.5 units a CTA, whole tiles between a first partial and a last; K = 4096 over 2000 columns: a
-    // tile's 64 k tiles over 8 CTAs.
+    // keeps its own plan, the tensor maps cannot describe its rows). 6500 columns of K = 512 at M <= 256: 408
+    // units (51 tiles of 8 k tiles), 3 or 4 a CTA of the H200's 132, so that most tiles are summed from the
+    // partials of two or three CTAs; 13000 columns at M = 520: 18.5 units a CTA, whole tiles between a first
+    // partial and a last; K = 4096 over 2000 columns: a tile's 64 k tiles over 8 CTAs.
     std::vector<FastestCase> nodes = at_rows(wide_prefill_cases(), {129, 256, 300, 520});
     for (std::size_t i = 0; i < nodes.size(); ++i) {
         if (nodes[i].m == 520) {
@@ -774,29 +818,57 @@ TEST_CASE("the stream-K wgmma GEMM (NBITS_PREFILL_STREAM_K) meets the float64 or
     std::uint64_t seed = 0x5743000000000000ull;
     for (const FastestCase& c : nodes) {
         CAPTURE(c.describe());
-        const FastestNode node = make_node(c, seed++);
-        const std::unique_ptr<ops::MatMulNBits> op = fastest_operator(node);
-        const DeviceTensors device(runtime, node.inputs);
-        DeviceOutput output(runtime, c.activation, {c.m, c.n});
-        const RunOutcome eager = run_into(*op, device.tensors(), output);
-        const std::vector<std::string> entries = kernel_entries(eager.plan);
-        const bool streamed = std::find(entries.begin(), entries.end(), c.gate_up ? "nbits_prefill_gate_up_stream_k"
-                                                                                  : "nbits_prefill_gemm_stream_k") !=
-                              entries.end();
+        EagerNode run(runtime, c, seed++);
+        const bool streamed = run.launches(c.gate_up ? "nbits_prefill_gate_up_stream_k" : "nbits_prefill_gemm_stream_k");
         const std::size_t row_bytes = (c.k + c.block_size - 1) / c.block_size * c.block_size * c.bits / 8;
         CHECK(streamed == (c.k % 8 == 0 && row_bytes % 16 == 0));
+        run.check_oracle();
         if (streamed) {
-            CHECK(eager.plan.variant == "nbits_prefill_wgmma");
-        }
-        Outcome ran;
-        ran.error = oracle_error(output_values(c.activation, eager.bytes), node.expected);
-        CAPTURE(ran.error.describe());
-        check_oracle_bounds(c, ran);
-        if (streamed) {
+            CHECK(run.eager.plan.variant == "nbits_prefill_wgmma");
             // The partial tiles are summed in CTA order: a second run, and graph replays, write the same bytes.
-            REQUIRE(eager.plan.capture_safe);
-            check_graph_replays(runtime, output, eager.bytes, element_size(c.activation),
-                                [&] { op->run(device.tensors(), {output.tensor()}); });
+            run.check_replays(runtime);
+        }
+    }
+}
+
+TEST_CASE("stream-K grids on four caller streams at once, fewer of their CTAs resident than launched, finish with "
+          "the bytes of a lone run")
+{
+    if (!runs_wgmma()) {
+        return;
+    }
+    // A CTA of the 256-token tiles fills an SM, so four grids of one CTA an SM leave most CTAs of each waiting for
+    // a slot: a CTA that summed a tile while waiting for CTAs launched after it could wait forever. Tiles of 64 k
+    // tiles over 8 CTAs, and the paired node.
+    const ScopedEnv stream_k(ops::kPrefillStreamKEnv, std::string("1"));
+    const std::vector<FastestCase> nodes = {
+        feature_case(DataType::BFloat16, 384, 4, 32, true, Bias::Plain, false, false, 2000, 4096),
+        feature_case(DataType::Float16, 300, 4, 64, false, Bias::None, false, true, 1000, 4096)};
+    CudaRuntime& runtime = matmul_gpu();
+    std::uint64_t seed = 0x5743100000000000ull;
+    for (const FastestCase& c : nodes) {
+        CAPTURE(c.describe());
+        const EagerNode lone(runtime, c, seed++);
+        REQUIRE(lone.launches("_stream_k"));
+        constexpr int kStreams = 4;
+        constexpr int kRuns = 5;
+        std::vector<std::unique_ptr<DeviceOutput>> outputs;
+        for (int s = 0; s < kStreams; ++s) {
+            outputs.push_back(std::make_unique<DeviceOutput>(runtime, c.activation, std::vector<std::size_t>{c.m, c.n}));
+        }
+        const std::vector<std::string> failures = run_on_caller_streams(runtime, kStreams, [&](int s, CUstream stream) {
+            RunOptions options;
+            options.stream = stream;
+            for (int run = 0; run < kRuns; ++run) {
+                lone.op->run(lone.device.tensors(), {outputs[static_cast<std::size_t>(s)]->tensor()}, options);
+            }
+        });
+        for (int s = 0; s < kStreams; ++s) {
+            CAPTURE(s);
+            CHECK(failures[static_cast<std::size_t>(s)].empty());
+            const std::string difference = byte_difference(outputs[static_cast<std::size_t>(s)]->bytes(),
+                                                           lone.eager.bytes, element_size(c.activation));
+            CHECK_MESSAGE(difference.empty(), difference);
         }
     }
 }
@@ -818,21 +890,11 @@ TEST_CASE("the TMA-fed wgmma GEMM (NBITS_PREFILL_TMA) replays from a CUDA graph 
         CAPTURE(c.describe());
         const ScopedEnv tokens(ops::kPrefillWgmmaTileMEnv,
                                c.m > 256 ? std::optional<std::string>("256") : std::nullopt);
-        const FastestNode node = make_node(c, seed++);
-        const std::unique_ptr<ops::MatMulNBits> op = fastest_operator(node);
-        const DeviceTensors device(runtime, node.inputs);
-        DeviceOutput output(runtime, c.activation, {c.m, c.n});
-        const RunOutcome eager = run_into(*op, device.tensors(), output);
-        REQUIRE(eager.plan.capture_safe);
+        EagerNode run(runtime, c, seed++);
         // The paired node's RMS-norm prologue runs as a pass of its own before the GEMM.
-        const std::vector<std::string> entries = kernel_entries(eager.plan);
-        CHECK(std::any_of(entries.begin(), entries.end(),
-                          [](const std::string& entry) { return entry.find("_tma") != std::string::npos; }));
-        Outcome ran;
-        ran.error = oracle_error(output_values(c.activation, eager.bytes), node.expected);
-        check_oracle_bounds(c, ran);
-        check_graph_replays(runtime, output, eager.bytes, element_size(c.activation),
-                            [&] { op->run(device.tensors(), {output.tensor()}); });
+        CHECK(run.launches("_tma"));
+        run.check_oracle();
+        run.check_replays(runtime);
     }
 }
 
