@@ -819,7 +819,8 @@ TEST_CASE("the stream-K wgmma GEMM (NBITS_PREFILL_STREAM_K) meets the float64 or
     for (const FastestCase& c : nodes) {
         CAPTURE(c.describe());
         EagerNode run(runtime, c, seed++);
-        const bool streamed = run.launches(c.gate_up ? "nbits_prefill_gate_up_stream_k" : "nbits_prefill_gemm_stream_k");
+        const bool streamed =
+            run.launches(c.gate_up ? "nbits_prefill_gate_up_stream_k" : "nbits_prefill_gemm_stream_k");
         const std::size_t row_bytes = (c.k + c.block_size - 1) / c.block_size * c.block_size * c.bits / 8;
         CHECK(streamed == (c.k % 8 == 0 && row_bytes % 16 == 0));
         run.check_oracle();
@@ -854,7 +855,8 @@ TEST_CASE("stream-K grids on four caller streams at once, fewer of their CTAs re
         constexpr int kRuns = 5;
         std::vector<std::unique_ptr<DeviceOutput>> outputs;
         for (int s = 0; s < kStreams; ++s) {
-            outputs.push_back(std::make_unique<DeviceOutput>(runtime, c.activation, std::vector<std::size_t>{c.m, c.n}));
+            outputs.push_back(
+                std::make_unique<DeviceOutput>(runtime, c.activation, std::vector<std::size_t>{c.m, c.n}));
         }
         const std::vector<std::string> failures = run_on_caller_streams(runtime, kStreams, [&](int s, CUstream stream) {
             RunOptions options;
