@@ -1289,8 +1289,9 @@ struct StageRing {
 // With a warpgroup of producers beside two computing ones, one CTA an SM
 // (NBITS_TMA on 256-token tiles), the CTA starts with 168 registers a
 // thread (ptxas's cap for 384 threads); the producers give all but 40 (56
-// for the stream-K grid) of theirs to the computing warpgroups, whose 128 accumulators a thread and
-// dequantisation need more (at 168 ptxas serialises their wgmmas), and both
+// for the stream-K grid) of theirs to the computing warpgroups, whose 128
+// accumulators a thread and dequantisation need more (at 168 ptxas
+// serialises their wgmmas), and both
 // return to 168 before the epilogue, which they share. Not for two CTAs an
 // SM: ptxas gives a setmaxnreg.inc region no more registers than the
 // launch's cap (80), below what a wgmma of 64 accumulators needs.
@@ -1707,6 +1708,13 @@ __device__ __forceinline__ void staged_values(
 __device__ __forceinline__ int first_epilogue_item() { return (int)threadIdx.x + split_index() * kBlockThreads; }
 [[maybe_unused]] constexpr int kEpilogueStride = kBlockThreads * kSplitK;
 
+// Y's element from its fp32 sum and its bias as NBITS_BIAS_MODE says: 1 plain, T(v + bias); 2 folded (an Add
+// after the node), T(T(v) + bias).
+__device__ __forceinline__ act_t with_bias(const float v, const float bias)
+{
+    return kBiasMode == 1 ? to_act(v + bias) : to_act(to_float(to_act(v)) + bias);
+}
+
 union Act8 {
     uint4 raw;
     act_t e[8];
@@ -1800,11 +1808,7 @@ __device__ __forceinline__ void prefill_gemm(const act_t* __restrict__ a, const 
                 for (int e = 0; e < 8; ++e) bv.e[e] = col0 + e < n ? bp[e] : to_act(0.0f);
             }
 #pragma unroll
-            for (int e = 0; e < 8; ++e) {
-                const float bb = to_float(bv.e[e]);
-                out.e[e] = kBiasMode == 1 ? to_act(v[e] + bb)
-                                          : to_act(to_float(to_act(v[e])) + bb);
-            }
+            for (int e = 0; e < 8; ++e) out.e[e] = with_bias(v[e], to_float(bv.e[e]));
         } else {
 #pragma unroll
             for (int e = 0; e < 8; ++e) out.e[e] = to_act(v[e]);
@@ -1906,12 +1910,8 @@ __device__ __forceinline__ void store_output(act_t* __restrict__ y, const act_t*
     if (row >= m || col >= n) {
         return;
     }
-    act_t out = to_act(v);
-    if (kBiasMode != 0) {
-        const float bb = to_float(bias[(long)row * bias_row_stride + col]);
-        out = kBiasMode == 1 ? to_act(v + bb) : to_act(to_float(out) + bb);
-    }
-    y[(long)row * n + col] = out;
+    y[(long)row * n + col] =
+        kBiasMode != 0 ? with_bias(v, to_float(bias[(long)row * bias_row_stride + col])) : to_act(v);
 }
 
 // Where a segment's accumulators go: the tile's place, its k tiles, and the grid's units.
@@ -1995,12 +1995,8 @@ __device__ __forceinline__ void stream_segment_epilogue(const float (&acc)[kWgmm
             const float4 v = make_float4(sum[j].x + acc[h][4 * c], sum[j].y + acc[h][4 * c + 1],
                                          sum[j].z + acc[h][4 * c + 2], sum[j].w + acc[h][4 * c + 3]);
             if constexpr (kPaired) {
-                if (row < m && col < n) {
-                    y[(long)row * n + col] = to_act(swiglu(v.x, v.z));
-                }
-                if (row + 1 < m && col < n) {
-                    y[(long)(row + 1) * n + col] = to_act(swiglu(v.y, v.w));
-                }
+                store_output(y, bias, swiglu(v.x, v.z), row, col, m, n, bias_row_stride);
+                store_output(y, bias, swiglu(v.y, v.w), row + 1, col, m, n, bias_row_stride);
             } else {
                 store_output(y, bias, v.x, row, col, m, n, bias_row_stride);
                 store_output(y, bias, v.y, row + 1, col, m, n, bias_row_stride);
@@ -2018,6 +2014,7 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
     const act_t* __restrict__ bias, act_t* __restrict__ y, const int m, const int n, const int bias_row_stride,
     float* __restrict__ partials, u32* __restrict__ flags)
 {
+    static_assert(!kPaired || kBiasMode == 0, "the paired node has no bias");
     constexpr int kColumns = kPaired ? kTileN / 2 : kTileN;  // of Y, a tile
     const u32 smem_base = smem_addr(smem);
     const u32 full = smem_base + kPipelineBytes;

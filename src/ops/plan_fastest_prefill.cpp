@@ -461,11 +461,12 @@ PrefillTiles wgmma_tiles(const FastestRequest& fastest)
 {
     PrefillTiles tiles = kWgmmaTiles;
     const PlanOverrides& overrides = fastest.request.context.overrides;
+    const bool stream_k = stream_k_requested(fastest);
     if (fastest.m <= kWgmmaSmallTileM) {
         tiles.tile_m = static_cast<int>(kWgmmaSmallTileM);
     } else if (overrides.prefill_wgmma_tile_n == 256) {
         tiles = kWgmmaWideTiles;
-    } else if (wgmma_tile_m_override(fastest) == 256 || stream_k_requested(fastest)) {
+    } else if (wgmma_tile_m_override(fastest) == 256 || stream_k) {
         tiles = kWgmmaTallTiles;
     } else if (!wgmma_tile_m_override(fastest) && fastest.m > kWgmmaTallMinM && tma_feeds(fastest, kWgmmaTallTiles)) {
         // Unsplit: with its K split the grid of a narrow node (Llama-3-8B o at M = 256, 32 column tiles split 4)
@@ -493,7 +494,7 @@ PrefillTiles wgmma_tiles(const FastestRequest& fastest)
     if (tiles.producer_warps > 0 && !small) {
         tiles.min_ctas = 1;
     }
-    tiles.stream_k = stream_k_requested(fastest) && tiles.tile_m == 256 && tiles.tma && tiles.producer_warps == 4;
+    tiles.stream_k = stream_k && tiles.tile_m == 256 && tiles.tma && tiles.producer_warps == 4;
     return tiles;
 }
 
@@ -969,12 +970,14 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
         projections_bytes = paired ? 2 * projection_bytes(rows_per_pass, chunk_columns) : 0;
     }
     // The stream-K grid's partial tiles and flags: at most a slot's worth each, 128 KiB a CTA of 256-token tiles.
-    const bool stream_k = wgmma && wgmma_tiles(fastest).stream_k;
     std::size_t stream_bytes = 0;
-    if (stream_k) {
+    if (wgmma) {
         const PrefillTiles tiles = wgmma_tiles(fastest);
-        stream_bytes = stream_k_ctas(fastest, tiles, rows_per_pass) * (stream_k_partial_bytes(tiles) + 4);
+        if (tiles.stream_k) {
+            stream_bytes = stream_k_ctas(fastest, tiles, rows_per_pass) * (stream_k_partial_bytes(tiles) + 4);
+        }
     }
+    const bool stream_k = stream_bytes > 0;
     if (norm_bytes > kWorkspaceBudget || projections_bytes > kWorkspaceBudget || stream_bytes > kWorkspaceBudget ||
         norm_bytes + weight_bytes + projections_bytes + stream_bytes + (fused ? 0 : kGemmWorkspaceBytes) >
             kWorkspaceBudget) {
