@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <iterator>
 #include <limits>
 
 namespace nbits {
@@ -285,6 +287,38 @@ PlanOverrides PlanOverrides::from_environment()
     return parse_overrides(jit::process_environment());
 }
 
+namespace {
+
+constexpr std::optional<int> PlanOverrides::*kOverrideFields[] = {
+    &PlanOverrides::down_columns,          &PlanOverrides::accuracy4_warps,      &PlanOverrides::prefill_split_k,
+    &PlanOverrides::prefill_wgmma_tile_n,  &PlanOverrides::prefill_wgmma_min_m,  &PlanOverrides::prefill_wgmma_tile_m,
+    &PlanOverrides::prefill_producer_warps, &PlanOverrides::prefill_tma,         &PlanOverrides::prefill_tail_split,
+    &PlanOverrides::prefill_wide_split,    &PlanOverrides::prefill_stream_k,     &PlanOverrides::prefill_chunk_columns,
+    &PlanOverrides::decode_programmatic,   &PlanOverrides::decode_stages,        &PlanOverrides::decode_tiles,
+    &PlanOverrides::decode_stage_acts,     &PlanOverrides::decode_col_warps,     &PlanOverrides::decode_cluster_k,
+    &PlanOverrides::decode_chunks,         &PlanOverrides::decode_stage_meta,    &PlanOverrides::decode_prefetch,
+};
+// A field added to PlanOverrides and not to the list would be neither merged nor counted.
+static_assert(sizeof(PlanOverrides) == std::size(kOverrideFields) * sizeof(std::optional<int>),
+              "kOverrideFields lists every field of PlanOverrides");
+
+}  // namespace
+
+bool PlanOverrides::any() const
+{
+    return std::any_of(std::begin(kOverrideFields), std::end(kOverrideFields),
+                       [this](auto field) { return (this->*field).has_value(); });
+}
+
+void PlanOverrides::merge(const PlanOverrides& over)
+{
+    for (const auto field : kOverrideFields) {
+        if (over.*field) {
+            this->*field = over.*field;
+        }
+    }
+}
+
 MatMulNBits::MatMulNBits(std::shared_ptr<CudaRuntime> runtime, const NodeAttributes& attributes,
                          const MatMulNBitsOptions& options)
     : runtime_(std::move(runtime)), options_(options), plans_(std::make_unique<detail::PlanCache>())
@@ -295,7 +329,7 @@ MatMulNBits::MatMulNBits(std::shared_ptr<CudaRuntime> runtime, const NodeAttribu
                                      "CudaRuntime per device and pass it to every operator on that device"));
     }
     config_ = MatMulNBitsConfig::from_attributes(attributes);
-    overrides_ = PlanOverrides::from_environment();
+    overrides_ = options.overrides ? *options.overrides : PlanOverrides::from_environment();
     if (config_.accuracy4_workspace_bytes() != 0) {
         accuracy4_workspace_ = DeviceBuffer(*runtime_, config_.accuracy4_workspace_bytes());
     }

@@ -288,6 +288,23 @@ TEST_CASE("plan overrides come from the environment only through PlanOverrides::
     ::unsetenv(kDownColumnsEnv);
 }
 
+TEST_CASE("PlanOverrides::any says whether an override is set, merge lets the set ones of another win")
+{
+    CHECK_FALSE(PlanOverrides{}.any());
+    CHECK_FALSE(PlanOverrides::parse({{kPrefillStreamKEnv, "2"}, {"NBITS_UNKNOWN", "1"}}).any());
+    CHECK(PlanOverrides::parse({{kPrefillStreamKEnv, "0"}}).any());
+    CHECK(PlanOverrides::parse({{kDecodePrefetchEnv, "1"}}).any());
+
+    PlanOverrides base = PlanOverrides::parse({{kDownColumnsEnv, "4"}, {kPrefillStreamKEnv, "0"}});
+    base.merge(PlanOverrides::parse({{kPrefillStreamKEnv, "1"}, {kDecodeStagesEnv, "3"}}));
+    CHECK(base.down_columns == 4);      // unset in the other: kept
+    CHECK(base.prefill_stream_k == 1);  // set in both: the other's
+    CHECK(base.decode_stages == 3);     // set in the other only
+    CHECK_FALSE(base.prefill_tma.has_value());
+    base.merge(PlanOverrides{});
+    CHECK(base.prefill_stream_k == 1);
+}
+
 TEST_CASE("data types and shapes print like the original's Rust Debug output")
 {
     CHECK(std::string(to_string(DataType::Float32)) == "Float32");

@@ -200,6 +200,27 @@ TEST_CASE("a second run of the same shapes reuses the plan; new shapes plan afre
     CHECK(prepared.op().plan(inputs, {prepared.output().tensor()}).variant == first.plan.variant);
 }
 
+TEST_CASE("overrides passed in the operator's options stand instead of the environment's")
+{
+    const ScopedEnv environment(ops::kDownColumnsEnv, std::string("4"));
+    constexpr std::size_t k = 18944;
+    constexpr std::size_t n = 3584;
+    constexpr std::size_t k_blocks = k / 32;
+    // Descriptors only: plan() reads no data.
+    const std::vector<TensorDesc> inputs = {Tensor::dense(0, DataType::Float16, {1, k}),
+                                            Tensor::dense(0, DataType::Uint8, {n, k_blocks, 16}),
+                                            Tensor::dense(0, DataType::Float16, {n, k_blocks})};
+    const std::vector<TensorDesc> outputs = {Tensor::dense(0, DataType::Float16, {1, n})};
+    const auto entry = [&](const std::optional<ops::PlanOverrides>& overrides) {
+        const ops::MatMulNBits op(matmul_gpu_shared(), matmul_attributes(k, n, 4, 32, 0),
+                                  MatMulNBitsOptions{KernelPolicy::Original, overrides});
+        return std::get<ops::KernelStep>(op.plan(inputs, outputs).steps.at(0)).entry;
+    };
+    CHECK(entry(std::nullopt) == "matmul_nbits_gemv_f16_scales_f16_down_c4");
+    CHECK(entry(ops::PlanOverrides{}) == "matmul_nbits_gemv_f16_scales_f16_down_c2");
+    CHECK(entry(ops::PlanOverrides::parse({{ops::kDownColumnsEnv, "8"}})) == "matmul_nbits_gemv_f16_scales_f16_down");
+}
+
 TEST_CASE("many threads running one operator, and several operators, write the bytes of a single-threaded run")
 {
     std::vector<std::unique_ptr<PreparedCase>> cases;

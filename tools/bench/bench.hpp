@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -125,6 +126,31 @@ DataType parse_float_dtype(std::string_view text);
 
 enum class Mode { Timing, HostOverhead, Plan, FromJson };
 
+// --overrides LABEL:NAME=VALUE[,NAME=VALUE...]: developer overrides (the
+// README's NBITS_* variables) under which every row runs again, beside the
+// environment's alone, so that one process times the plan and the override
+// on the same weights, dense baseline and read ceiling.
+struct OverrideSet {
+    std::string label;
+    std::map<std::string, std::string> variables;
+
+    // "NAME=VALUE,NAME=VALUE"
+    std::string describe() const;
+};
+// Throws std::invalid_argument when the label or a variable is not one nbits
+// accepts (a value the operator would ignore is refused here, not ignored).
+OverrideSet parse_override_set(std::string_view spec);
+
+// What one row runs under: a policy and the label of an --overrides set
+// (empty: the environment's overrides alone).
+struct Configuration {
+    KernelPolicy policy = KernelPolicy::Original;
+    std::string overrides;
+
+    // "fastest", "fastest+sk"
+    std::string name() const;
+};
+
 struct Method {
     int warmups = 2;
     int decode_repeats = 5;        // timed graph replays per decode row
@@ -144,6 +170,7 @@ struct BenchOptions {
     Mode mode = Mode::Timing;
     PathConfig path;
     std::vector<KernelPolicy> policies = {KernelPolicy::Original, KernelPolicy::Fastest};
+    std::vector<OverrideSet> override_sets;  // --overrides, in order
     Method method;
 
     std::vector<std::string> models;
@@ -168,6 +195,12 @@ struct BenchOptions {
 
     // Every row the options select, in run order (rows of one node together).
     std::vector<BenchShape> shapes() const;
+    // Every policy, under the environment's overrides and then under each
+    // --overrides set: what each row runs under, in order.
+    std::vector<Configuration> configurations() const;
+    // The overrides an operator of `configuration` plans with: unset (the
+    // environment's) without a label, else the environment's with the set's.
+    std::optional<ops::PlanOverrides> plan_overrides(const Configuration& configuration) const;
 };
 
 // Throws tools::UsageError with a message for the user.
@@ -223,6 +256,7 @@ struct Dense {
 struct Row {
     BenchShape shape;
     KernelPolicy policy = KernelPolicy::Original;
+    std::string overrides;           // the --overrides label it ran under; empty: none
     Status status = Status::Failed;
     std::string error;
     std::string variant;
@@ -239,6 +273,7 @@ struct Row {
     std::optional<Timing> read_floor;
     std::vector<std::string> notes;
 
+    Configuration configuration() const { return {policy, overrides}; }
     double us() const { return timing ? timing->us.median : 0.0; }
     double gbps() const;
     double tflops() const;
@@ -254,6 +289,7 @@ struct Row {
 struct OverheadRow {
     BenchShape shape;
     KernelPolicy policy = KernelPolicy::Original;
+    std::string overrides;           // as Row's
     Status status = Status::Failed;
     std::string error;
     std::string variant;
@@ -265,6 +301,7 @@ struct OverheadRow {
     Stats bare_us;   // host µs per bare launch sequence, one sample per batch
     std::vector<std::string> notes;
 
+    Configuration configuration() const { return {policy, overrides}; }
     double overhead_us() const { return run_us.median - bare_us.median; }
 };
 
@@ -295,6 +332,7 @@ struct Report {
     std::optional<ReadCeiling> ceiling;
     PathConfig path;
     std::vector<KernelPolicy> policies;
+    std::vector<OverrideSet> override_sets;
     std::string method;         // how rows were timed, in words
     std::uint64_t seed = 0;
     double wall_seconds = 0.0;

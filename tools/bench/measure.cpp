@@ -548,7 +548,7 @@ void progress(Session& session, const Row& row)
 {
     ++session.done;
     std::string line = fmt::format("[{}/{}] {} {}: ", session.done, session.total, where(row.shape),
-                                   to_string(row.policy));
+                                   row.configuration().name());
     if (row.status != Status::Ok) {
         line += fmt::format("{}: {}", to_string(row.status), row.error);
     } else {
@@ -570,16 +570,19 @@ std::optional<Check> checked(Session& session, const Node& node, const HostWeigh
 }
 
 Row measure_row(Session& session, const Node& node, const HostWeights& host_weights, const HostRows& host_rows,
-                const DeviceWeights& weights, const DeviceRows& rows, const Rotation& rotation, KernelPolicy policy)
+                const DeviceWeights& weights, const DeviceRows& rows, const Rotation& rotation,
+                const Configuration& configuration)
 {
     CudaRuntime& runtime = *session.runtime;
     Row row;
     row.shape = node.shape;
-    row.policy = policy;
+    row.policy = configuration.policy;
+    row.overrides = configuration.overrides;
     row.bytes = node.minimum_bytes();
     row.flops = node.flops();
     try {
-        ops::MatMulNBits op(session.runtime, node.attributes, MatMulNBitsOptions{policy});
+        ops::MatMulNBits op(session.runtime, node.attributes,
+                            MatMulNBitsOptions{configuration.policy, session.options.plan_overrides(configuration)});
         const std::vector<Tensor> outputs = bind_outputs(node, rows);
         const std::size_t scratch = op.workspace_bytes(node.input_descs(), {node.output});
         const DeviceBuffer workspace = scratch > 0 ? DeviceBuffer(runtime, scratch) : DeviceBuffer();
@@ -612,32 +615,33 @@ Row measure_row(Session& session, const Node& node, const HostWeights& host_weig
         }
         row.status = Status::Ok;
     } catch (const std::exception& error) {
-        record_error(row.status, row.error, error, node.path, policy);
+        record_error(row.status, row.error, error, node.path, configuration.policy);
     }
     return row;
 }
 
-Row unmeasured(const BenchShape& shape, KernelPolicy policy, Status status, const std::string& error)
+Row unmeasured(const BenchShape& shape, const Configuration& configuration, Status status, const std::string& error)
 {
     Row row;
     row.shape = shape;
-    row.policy = policy;
+    row.policy = configuration.policy;
+    row.overrides = configuration.overrides;
     row.status = status;
     row.error = error;
     return row;
 }
 
-// Every M of one node under every policy: the weights are drawn and uploaded
+// Every M of one node under every configuration: the weights are drawn and uploaded
 // once, then each M gets its activations; dense runs after nbits' buffers are gone.
 void measure_node(Session& session, const std::vector<BenchShape>& shapes, std::vector<Row>& out)
 {
     CudaRuntime& runtime = *session.runtime;
-    const std::vector<KernelPolicy>& policies = session.options.policies;
+    const std::vector<Configuration> configurations = session.options.configurations();
     const std::size_t first = out.size();
     const auto fail_all = [&](Status status, const std::string& error, std::size_t from_shape) {
         for (std::size_t s = from_shape; s < shapes.size(); ++s) {
-            for (const KernelPolicy policy : policies) {
-                out.push_back(unmeasured(shapes[s], policy, status, error));
+            for (const Configuration& configuration : configurations) {
+                out.push_back(unmeasured(shapes[s], configuration, status, error));
                 progress(session, out.back());
             }
         }
@@ -659,12 +663,13 @@ void measure_node(Session& session, const std::vector<BenchShape>& shapes, std::
             const Node node = make_node(shape, session.options.path);
             const HostRows host_rows = make_rows(node, mix_seed(seed, std::to_string(shape.m)));
             const DeviceRows rows(runtime, node, host_rows);
-            for (const KernelPolicy policy : policies) {
+            for (const Configuration& configuration : configurations) {
                 if (!session.broken.empty()) {
-                    out.push_back(unmeasured(shape, policy, Status::Failed,
+                    out.push_back(unmeasured(shape, configuration, Status::Failed,
                                              "not run: the CUDA context failed earlier: " + session.broken));
                 } else {
-                    out.push_back(measure_row(session, node, host_weights, host_rows, weights, rows, rotation, policy));
+                    out.push_back(
+                        measure_row(session, node, host_weights, host_rows, weights, rows, rotation, configuration));
                     if (out.back().status == Status::Failed) {
                         context_usable(runtime, session.broken);
                     }
@@ -678,7 +683,7 @@ void measure_node(Session& session, const std::vector<BenchShape>& shapes, std::
         // Unsupported here is make_node's (the paired node in f32), whatever the policy.
         record_error(status, message, error, session.options.path, KernelPolicy::Fastest);
         // Rows already measured stand; the rest of this node shares the failure.
-        const std::size_t measured_rows = next_shape * policies.size();
+        const std::size_t measured_rows = next_shape * configurations.size();
         out.resize(first + std::min(measured_rows, out.size() - first));
         fail_all(status, message, next_shape);
         if (status == Status::Failed) {
@@ -759,6 +764,7 @@ Report start_report(CudaRuntime& runtime, const BenchOptions& options, Mode mode
     report.device = read_device_facts(runtime);
     report.path = options.path;
     report.policies = options.policies;
+    report.override_sets = options.override_sets;
     report.seed = options.seed ? *options.seed : fresh_seed();
     return report;
 }
@@ -791,15 +797,20 @@ Report run_timing(const std::shared_ptr<CudaRuntime>& runtime, const BenchOption
     for (const BenchShape& shape : shapes) {
         prefill_rows += shape.decode() ? 0 : 1;
     }
-    std::cerr << fmt::format("nbits-bench: {} (sm_{}{}, {} SMs, L2 {} MiB), {} rows x {} policies, {}, seed {}\n",
+    const std::size_t configurations = options.configurations().size();
+    std::cerr << fmt::format("nbits-bench: {} (sm_{}{}, {} SMs, L2 {} MiB), {} rows x {} configurations, {}, seed {}\n",
                              report.device.name, report.device.compute_major, report.device.compute_minor,
                              report.device.multiprocessors, report.device.l2_bytes >> 20, shapes.size(),
-                             options.policies.size(), options.path.describe(), report.seed);
+                             configurations, options.path.describe(), report.seed);
+    for (const OverrideSet& set : options.override_sets) {
+        std::cerr << fmt::format("nbits-bench: +{}: {} beside the environment's overrides\n", set.label,
+                                 set.describe());
+    }
     if (prefill_rows > 0) {
         std::cerr << fmt::format(
-            "nbits-bench: budget: each of {} prefill rows (x {} policies{}) times at most {:g} ms of device time "
+            "nbits-bench: budget: each of {} prefill rows (x {} configurations{}) times at most {:g} ms of device time "
             "(at least {} runs, at most {}), after up to {} warm-ups and one sizing run (--row-budget-ms)\n",
-            prefill_rows, options.policies.size(), options.dense ? ", + dense" : "", effective.method.row_budget_ms,
+            prefill_rows, configurations, options.dense ? ", + dense" : "", effective.method.row_budget_ms,
             effective.method.min_prefill_repeats, effective.method.prefill_repeats, effective.method.warmups);
     }
     try {
@@ -810,7 +821,7 @@ Report run_timing(const std::shared_ptr<CudaRuntime>& runtime, const BenchOption
         std::cerr << "nbits-bench: the read-ceiling measurement failed, %read will be empty: " << error.what() << "\n";
     }
 
-    Session session{runtime, effective, report.device, report.seed, "", 0, shapes.size() * options.policies.size()};
+    Session session{runtime, effective, report.device, report.seed, "", 0, shapes.size() * configurations};
     for (std::size_t begin = 0; begin < shapes.size();) {
         std::size_t end = begin + 1;
         while (end < shapes.size() && shapes[end].same_node(shapes[begin]) &&
@@ -911,13 +922,14 @@ void launch_bare(CudaRuntime& runtime, const std::vector<BareStep>& steps, CUstr
     }
 }
 
-OverheadRow measure_overhead(Session& session, const BenchShape& shape, KernelPolicy policy)
+OverheadRow measure_overhead(Session& session, const BenchShape& shape, const Configuration& configuration)
 {
     CudaRuntime& runtime = *session.runtime;
     const Method& method = session.options.method;
     OverheadRow row;
     row.shape = shape;
-    row.policy = policy;
+    row.policy = configuration.policy;
+    row.overrides = configuration.overrides;
     try {
         const Node node = make_node(shape, session.options.path);
         const std::uint64_t seed = node_seed(session.seed, shape);
@@ -928,7 +940,8 @@ OverheadRow measure_overhead(Session& session, const BenchShape& shape, KernelPo
         const std::vector<Tensor> inputs = bind_inputs(node, weights, rows, 0);
         const std::vector<Tensor> outputs = bind_outputs(node, rows);
 
-        ops::MatMulNBits op(session.runtime, node.attributes, MatMulNBitsOptions{policy});
+        ops::MatMulNBits op(session.runtime, node.attributes,
+                            MatMulNBitsOptions{configuration.policy, session.options.plan_overrides(configuration)});
         const std::size_t scratch = op.workspace_bytes(node.input_descs(), {node.output});
         const DeviceBuffer workspace = scratch > 0 ? DeviceBuffer(runtime, scratch) : DeviceBuffer();
         const RunOptions run_options{runtime.stream(), workspace.get(), scratch};
@@ -1006,7 +1019,7 @@ OverheadRow measure_overhead(Session& session, const BenchShape& shape, KernelPo
         row.bare_us = summarize(bare_samples);
         row.status = Status::Ok;
     } catch (const std::exception& error) {
-        record_error(row.status, row.error, error, session.options.path, policy);
+        record_error(row.status, row.error, error, session.options.path, configuration.policy);
     }
     return row;
 }
@@ -1023,25 +1036,27 @@ Report run_host_overhead(const std::shared_ptr<CudaRuntime>& runtime, const Benc
         "cuLaunchKernel of the plan's steps with the same arguments and geometry, batched and interleaved alike",
         options.method.overhead_batch, options.method.overhead_batches);
     const std::vector<BenchShape> shapes = options.shapes();
-    std::cerr << fmt::format("nbits-bench: host overhead on {}, {} nodes x {} policies, {}\n", report.device.name,
-                             shapes.size(), options.policies.size(), options.path.describe());
-    Session session{runtime, options, report.device, report.seed, "", 0, shapes.size() * options.policies.size()};
+    const std::vector<Configuration> configurations = options.configurations();
+    std::cerr << fmt::format("nbits-bench: host overhead on {}, {} nodes x {} configurations, {}\n",
+                             report.device.name, shapes.size(), configurations.size(), options.path.describe());
+    Session session{runtime, options, report.device, report.seed, "", 0, shapes.size() * configurations.size()};
     for (const BenchShape& shape : shapes) {
-        for (const KernelPolicy policy : options.policies) {
+        for (const Configuration& configuration : configurations) {
             OverheadRow row;
             if (!session.broken.empty()) {
                 row.shape = shape;
-                row.policy = policy;
+                row.policy = configuration.policy;
+                row.overrides = configuration.overrides;
                 row.error = "not run: the CUDA context failed earlier: " + session.broken;
             } else {
-                row = measure_overhead(session, shape, policy);
+                row = measure_overhead(session, shape, configuration);
                 if (row.status == Status::Failed) {
                     context_usable(*runtime, session.broken);
                 }
             }
             ++session.done;
             std::cerr << fmt::format("[{}/{}] {} {}: {}\n", session.done, session.total, where(shape),
-                                     to_string(policy),
+                                     configuration.name(),
                                      row.status == Status::Ok
                                          ? fmt::format("run {:.2f} us, bare {:.2f} us, overhead {:.2f} us per call",
                                                        row.run_us.median, row.bare_us.median, row.overhead_us())
@@ -1086,27 +1101,33 @@ std::string render_plans(const BenchOptions& options, int& failed)
     const PlanTarget target = plan_target(options);
     ops::PlanContext context;
     context.capabilities = target.capabilities;
-    context.overrides = ops::PlanOverrides::from_environment();
     const Capabilities& c = target.capabilities;
     const std::string device = fmt::format("{} ({}, sm_{}, {} SMs)", c.name, target.where, c.sm(),
                                            c.multiprocessor_count);
 
     const bool json = options.format == OutputFormat::Json;
     JsonWriter writer;
-    std::string text = fmt::format("nbits-bench --plan on {}, path {}\n\n", device, options.path.describe());
+    std::string text = fmt::format("nbits-bench --plan on {}, path {}\n", device, options.path.describe());
+    for (const OverrideSet& set : options.override_sets) {
+        text += fmt::format("+{}: {} beside the environment's overrides\n", set.label, set.describe());
+    }
+    text += "\n";
     if (json) {
         writer.begin_object().field("tool", "nbits-bench").field("version", version()).field("device", device);
         writer.field("path", options.path.describe()).key("plans").begin_array();
     }
     failed = 0;
     for (const BenchShape& shape : options.shapes()) {
-        for (const KernelPolicy policy : options.policies) {
+        for (const Configuration& configuration : options.configurations()) {
+            const KernelPolicy policy = configuration.policy;
             std::optional<ops::LaunchPlan> plan;
             Status status = Status::Ok;
             std::string error;
             try {
                 const Node node = make_node(shape, options.path);
                 context.policy = policy;
+                context.overrides =
+                    options.plan_overrides(configuration).value_or(ops::PlanOverrides::from_environment());
                 plan = ops::plan_matmul_nbits(ops::MatMulNBitsConfig::from_attributes(node.attributes),
                                               node.input_descs(), {node.output}, context);
             } catch (const std::exception& caught) {
@@ -1122,8 +1143,11 @@ std::string render_plans(const BenchOptions& options, int& failed)
                     .field("k", shape.k)
                     .field("n", shape.n)
                     .field("regime", to_string(shape.regime))
-                    .field("policy", to_string(policy))
-                    .field("status", to_string(status));
+                    .field("policy", to_string(policy));
+                if (!configuration.overrides.empty()) {
+                    writer.field("overrides", configuration.overrides);
+                }
+                writer.field("status", to_string(status));
                 if (plan) {
                     std::string rendered = plan->to_json();
                     while (!rendered.empty() && rendered.back() == '\n') {
@@ -1135,7 +1159,8 @@ std::string render_plans(const BenchOptions& options, int& failed)
                 }
                 writer.end_object();
             } else {
-                text += fmt::format("== {} ({}), policy {}\n", where(shape), to_string(shape.regime), to_string(policy));
+                text += fmt::format("== {} ({}), policy {}\n", where(shape), to_string(shape.regime),
+                                    configuration.name());
                 text += plan ? plan->describe() : fmt::format("{}: {}\n", to_string(status), error);
                 text += "\n";
             }

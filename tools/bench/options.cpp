@@ -315,6 +315,63 @@ std::string PathConfig::describe() const
     return text;
 }
 
+std::string OverrideSet::describe() const
+{
+    std::string text;
+    for (const auto& [name, value] : variables) {
+        text += fmt::format("{}{}={}", text.empty() ? "" : ",", name, value);
+    }
+    return text;
+}
+
+OverrideSet parse_override_set(std::string_view spec)
+{
+    const std::size_t colon = spec.find(':');
+    if (colon == std::string_view::npos) {
+        throw std::invalid_argument(fmt::format("'{}' has no label: write LABEL:NAME=VALUE[,NAME=VALUE...], e.g. "
+                                                "sk:NBITS_PREFILL_STREAM_K=1",
+                                                spec));
+    }
+    OverrideSet set;
+    set.label = std::string(spec.substr(0, colon));
+    const bool label_ok =
+        !set.label.empty() && set.label.size() <= 32 && std::all_of(set.label.begin(), set.label.end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.';
+        });
+    if (!label_ok) {
+        throw std::invalid_argument(
+            fmt::format("label '{}': use 1 to 32 letters, digits, '_', '-' or '.'", set.label));
+    }
+    for (const std::string& assignment : tools::split_list(spec.substr(colon + 1))) {
+        const std::size_t equals = assignment.find('=');
+        const std::string name = assignment.substr(0, equals);
+        const std::string value = equals == std::string::npos ? "" : assignment.substr(equals + 1);
+        if (equals == std::string::npos || name.empty() || value.empty()) {
+            throw std::invalid_argument(fmt::format("'{}' in set '{}': write NAME=VALUE", assignment, set.label));
+        }
+        if (set.variables.count(name) != 0) {
+            throw std::invalid_argument(fmt::format("set '{}' names {} twice", set.label, name));
+        }
+        // The operator ignores a name or value it does not know; a benchmark must not time the plan instead.
+        if (!ops::PlanOverrides::parse({{name, value}}).any()) {
+            throw std::invalid_argument(fmt::format(
+                "{}={} in set '{}' is not a developer override nbits accepts (see the README's environment "
+                "variables)",
+                name, value, set.label));
+        }
+        set.variables[name] = value;
+    }
+    if (set.variables.empty()) {
+        throw std::invalid_argument(fmt::format("set '{}' sets nothing: write {}:NAME=VALUE", set.label, set.label));
+    }
+    return set;
+}
+
+std::string Configuration::name() const
+{
+    return overrides.empty() ? std::string(to_string(policy)) : fmt::format("{}+{}", to_string(policy), overrides);
+}
+
 std::string Method::describe() const
 {
     return fmt::format(
@@ -458,6 +515,19 @@ tools::CommandLine command_line(BenchOptions& options, Switches& switches)
                    if (options.policies.empty()) {
                        throw std::invalid_argument("no policy given");
                    }
+               });
+
+    cli.option("overrides", "LABEL:NAME=VALUE[,...]",
+               "developer overrides (NBITS_* variables, see the README) under which every row runs\n"
+               "again, labelled policy+LABEL, beside the environment's alone; repeatable",
+               [&](const std::string& value) {
+                   OverrideSet set = parse_override_set(value);
+                   for (const OverrideSet& other : options.override_sets) {
+                       if (other.label == set.label) {
+                           throw std::invalid_argument(fmt::format("label '{}' given twice", set.label));
+                       }
+                   }
+                   options.override_sets.push_back(std::move(set));
                });
 
     Method& method = options.method;
@@ -631,6 +701,33 @@ std::vector<BenchShape> BenchOptions::shapes() const
     return rows;
 }
 
+std::vector<Configuration> BenchOptions::configurations() const
+{
+    std::vector<Configuration> out;
+    for (const KernelPolicy policy : policies) {
+        out.push_back({policy, ""});
+        for (const OverrideSet& set : override_sets) {
+            out.push_back({policy, set.label});
+        }
+    }
+    return out;
+}
+
+std::optional<ops::PlanOverrides> BenchOptions::plan_overrides(const Configuration& configuration) const
+{
+    if (configuration.overrides.empty()) {
+        return std::nullopt;
+    }
+    const auto set = std::find_if(override_sets.begin(), override_sets.end(),
+                                  [&](const OverrideSet& s) { return s.label == configuration.overrides; });
+    if (set == override_sets.end()) {
+        throw std::logic_error("no --overrides set labelled " + configuration.overrides);
+    }
+    ops::PlanOverrides overrides = ops::PlanOverrides::from_environment();
+    overrides.merge(ops::PlanOverrides::parse(set->variables));
+    return overrides;
+}
+
 BenchOptions parse_options(int argc, char** argv)
 {
     BenchOptions options;
@@ -657,6 +754,9 @@ BenchOptions parse_options(int argc, char** argv)
     if (from_json && (options.sweep != Sweep::None || options.quick || !options.models.empty() ||
                       !options.projections.empty() || !options.ms.empty() || !options.shape_specs.empty())) {
         throw tools::UsageError("--from-json renders a saved report; drop the shape options");
+    }
+    if (from_json && !options.override_sets.empty()) {
+        throw tools::UsageError("--from-json renders a saved report; drop --overrides");
     }
     options.mode = from_json                ? Mode::FromJson
                    : switches.plan          ? Mode::Plan

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -75,11 +76,15 @@ std::string device_line(const Report& report)
                        d.driver_version / 1000, d.driver_version % 1000 / 10, d.nvrtc_version);
 }
 
-std::string policies_text(const std::vector<KernelPolicy>& policies)
+// "original,fastest", then a line per --overrides set.
+std::string policies_text(const Report& report)
 {
     std::string text;
-    for (const KernelPolicy policy : policies) {
+    for (const KernelPolicy policy : report.policies) {
         text += (text.empty() ? "" : ",") + std::string(to_string(policy));
+    }
+    for (const OverrideSet& set : report.override_sets) {
+        text += fmt::format("\n+{}: {} beside the environment's overrides", set.label, set.describe());
     }
     return text;
 }
@@ -95,8 +100,8 @@ std::string render_rows_table(const Report& report)
     } else {
         text += "read ceiling: not measured (%read is empty)\n";
     }
-    text += fmt::format("path: {}   policies: {}   seed: {}\n", report.path.describe(),
-                        policies_text(report.policies), report.seed);
+    text += fmt::format("path: {}   seed: {}   policies: {}\n", report.path.describe(), report.seed,
+                        policies_text(report));
     text += report.method + "\n";
     text += "x dense = dense us / row us (above 1 the row beats cuBLASLt dense of the same dtype); check = max_abs "
             "against the oracle bound\n";
@@ -121,7 +126,7 @@ std::string render_rows_table(const Report& report)
     }
     for (const Row& r : report.rows) {
         std::vector<std::string> cells = {r.shape.label(), std::to_string(r.shape.m), std::to_string(r.shape.k),
-                                          std::to_string(r.shape.n), to_string(r.policy)};
+                                          std::to_string(r.shape.n), r.configuration().name()};
         if (r.status != Status::Ok) {
             cells.push_back(r.status == Status::Unsupported ? "unsupported (below)" : "FAILED (below)");
             table.row(cells);
@@ -149,7 +154,7 @@ std::string render_rows_table(const Report& report)
     std::string unsupported;
     std::string failures;
     for (const Row& r : report.rows) {
-        const std::string where = fmt::format("{} M={} {}", r.shape.label(), r.shape.m, to_string(r.policy));
+        const std::string where = fmt::format("{} M={} {}", r.shape.label(), r.shape.m, r.configuration().name());
         for (const std::string& note : r.notes) {
             notes += fmt::format("  {}: {}\n", where, note);
         }
@@ -188,7 +193,7 @@ std::string render_rows_table(const Report& report)
 std::string render_overhead_table(const Report& report)
 {
     std::string text = device_line(report) + "\n";
-    text += fmt::format("path: {}   policies: {}\n", report.path.describe(), policies_text(report.policies));
+    text += fmt::format("path: {}   policies: {}\n", report.path.describe(), policies_text(report));
     text += report.method + "\n";
     text += fmt::format("overhead = run - bare, host us per call; target: <= {:g} us above the bare launch\n\n",
                         kOverheadTargetUs);
@@ -206,8 +211,8 @@ std::string render_overhead_table(const Report& report)
     std::string notes;
     for (const OverheadRow& r : report.overhead) {
         std::vector<std::string> cells = {r.shape.label(), std::to_string(r.shape.m), std::to_string(r.shape.k),
-                                          std::to_string(r.shape.n), to_string(r.policy)};
-        const std::string where = fmt::format("{} M={} {}", r.shape.label(), r.shape.m, to_string(r.policy));
+                                          std::to_string(r.shape.n), r.configuration().name()};
+        const std::string where = fmt::format("{} M={} {}", r.shape.label(), r.shape.m, r.configuration().name());
         for (const std::string& note : r.notes) {
             notes += fmt::format("  {}: {}\n", where, note);
         }
@@ -289,11 +294,21 @@ void write_shape(JsonWriter& json, const BenchShape& shape)
         .field("regime", to_string(shape.regime));
 }
 
+// "policy", and "overrides" where a row ran under an --overrides set (older reports have none).
+void write_configuration(JsonWriter& json, const Configuration& configuration)
+{
+    json.field("policy", to_string(configuration.policy));
+    if (!configuration.overrides.empty()) {
+        json.field("overrides", configuration.overrides);
+    }
+}
+
 void write_row(JsonWriter& json, const Report& report, const Row& r)
 {
     json.begin_object();
     write_shape(json, r.shape);
-    json.field("policy", to_string(r.policy)).field("status", to_string(r.status));
+    write_configuration(json, r.configuration());
+    json.field("status", to_string(r.status));
     if (!r.error.empty()) {
         json.field("error", r.error);
     }
@@ -343,7 +358,8 @@ void write_overhead_row(JsonWriter& json, const OverheadRow& r)
 {
     json.begin_object();
     write_shape(json, r.shape);
-    json.field("policy", to_string(r.policy)).field("status", to_string(r.status));
+    write_configuration(json, r.configuration());
+    json.field("status", to_string(r.status));
     if (!r.error.empty()) {
         json.field("error", r.error);
     }
@@ -413,6 +429,17 @@ std::string render_json(const Report& report)
         json.value(to_string(policy));
     }
     json.end_array();
+    if (!report.override_sets.empty()) {
+        json.key("override_sets").begin_array();
+        for (const OverrideSet& set : report.override_sets) {
+            json.begin_object().field("label", set.label).key("variables").begin_object();
+            for (const auto& [name, value] : set.variables) {
+                json.field(name, value);
+            }
+            json.end_object().end_object();
+        }
+        json.end_array();
+    }
     json.field("method", report.method).field("seed", report.seed).field("wall_seconds", report.wall_seconds);
     json.field("ratio_to_dense", "dense median us / row median us: above 1 the row beats cuBLASLt dense");
     json.key("results").begin_array();
@@ -437,15 +464,16 @@ std::string number(double value, int decimals) { return std::isfinite(value) ? f
 std::string render_rows_csv(const Report& report)
 {
     std::string text = tools::csv_line(
-        {"model", "projection", "m", "k", "n", "regime", "policy", "status", "variant", "method", "launches", "copies",
+        {"model", "projection", "m", "k", "n", "regime", "policy", "overrides", "status", "variant", "method",
+         "launches", "copies",
          "median_us", "min_us", "max_us", "gbps", "percent_of_read_ceiling", "tflops", "dense_dtype", "dense_median_us",
          "dense_gbps", "dense_tflops", "ratio_to_dense", "max_abs", "bound", "check_passed", "error", "read_floor_us",
          "percent_of_read_floor"});
     for (const Row& r : report.rows) {
         std::vector<std::string> cells = {r.shape.model,      to_string(r.shape.projection), std::to_string(r.shape.m),
                                           std::to_string(r.shape.k), std::to_string(r.shape.n),
-                                          to_string(r.shape.regime), to_string(r.policy),   to_string(r.status),
-                                          r.variant};
+                                          to_string(r.shape.regime), to_string(r.policy),   r.overrides,
+                                          to_string(r.status),       r.variant};
         if (r.timing) {
             const Stats& us = r.timing->us;
             cells.insert(cells.end(), {r.timing->method, std::to_string(r.timing->launches),
@@ -475,14 +503,15 @@ std::string render_rows_csv(const Report& report)
 
 std::string render_overhead_csv(const Report& report)
 {
-    std::string text = tools::csv_line({"model", "projection", "m", "k", "n", "policy", "status", "variant", "launches",
+    std::string text = tools::csv_line({"model", "projection", "m", "k", "n", "policy", "overrides", "status",
+                                        "variant", "launches",
                                         "calls_per_batch", "batches", "run_median_us", "run_min_us", "bare_median_us",
                                         "bare_min_us", "overhead_us", "within_target", "error"});
     for (const OverheadRow& r : report.overhead) {
         const bool ok = r.status == Status::Ok;
         text += tools::csv_line(
             {r.shape.model, to_string(r.shape.projection), std::to_string(r.shape.m), std::to_string(r.shape.k),
-             std::to_string(r.shape.n), to_string(r.policy), to_string(r.status), r.variant,
+             std::to_string(r.shape.n), to_string(r.policy), r.overrides, to_string(r.status), r.variant,
              std::to_string(r.steps.size()), ok ? std::to_string(r.calls_per_batch) : "",
              ok ? std::to_string(r.batches) : "", ok ? number(r.run_us.median, 3) : "", ok ? number(r.run_us.min, 3) : "",
              ok ? number(r.bare_us.median, 3) : "", ok ? number(r.bare_us.min, 3) : "",
@@ -588,6 +617,7 @@ Row read_row(const JsonValue& object)
     Row row;
     row.shape = read_shape(object);
     row.policy = read_policy(member(object, "policy"));
+    row.overrides = member(object, "overrides").string();
     row.status = read_status(member(object, "status"));
     row.error = member(object, "error").string();
     row.variant = member(object, "variant").string();
@@ -618,6 +648,7 @@ OverheadRow read_overhead_row(const JsonValue& object)
     OverheadRow row;
     row.shape = read_shape(object);
     row.policy = read_policy(member(object, "policy"));
+    row.overrides = member(object, "overrides").string();
     row.status = read_status(member(object, "status"));
     row.error = member(object, "error").string();
     row.variant = member(object, "variant").string();
@@ -752,6 +783,14 @@ Report parse_report(const std::string& text)
     for (const JsonValue& policy : member(root, "policies").items) {
         report.policies.push_back(read_policy(policy));
     }
+    for (const JsonValue& set : member(root, "override_sets").items) {
+        OverrideSet read;
+        read.label = member(set, "label").string();
+        for (const auto& [name, value] : member(set, "variables").members) {
+            read.variables[name] = value.string();
+        }
+        report.override_sets.push_back(std::move(read));
+    }
     report.method = member(root, "method").string();
     report.seed = member(root, "seed").unsigned_integer();
     report.wall_seconds = member(root, "wall_seconds").number();
@@ -783,14 +822,26 @@ std::string xml(const std::string& text)
     return out;
 }
 
-const char* policy_colour(KernelPolicy policy) { return policy == KernelPolicy::Original ? "#8c8c8c" : "#1f77b4"; }
+// A policy's colour; a row under an --overrides set takes its set's, after the policies'.
+const char* configuration_colour(const Report& report, const Configuration& configuration)
+{
+    if (configuration.overrides.empty()) {
+        return configuration.policy == KernelPolicy::Original ? "#8c8c8c" : "#1f77b4";
+    }
+    constexpr const char* kSetColours[] = {"#9467bd", "#17becf", "#e377c2", "#bcbd22", "#8c564b", "#7f7f7f"};
+    std::size_t index = 0;
+    while (index < report.override_sets.size() && report.override_sets[index].label != configuration.overrides) {
+        ++index;
+    }
+    return kSetColours[index % std::size(kSetColours)];
+}
 constexpr const char* kDenseColour = "#ff7f0e";
 constexpr const char* kCeilingColour = "#d62728";
 constexpr const char* kReadFloorColour = "#2ca02c";
 
 // One bar of a group: a policy's row or the shape's dense baseline.
 struct Bar {
-    std::string name;    // "original", "fastest", "dense f16"
+    std::string name;    // "original", "fastest", "fastest+sk", "dense f16"
     const char* colour;
     double value = 0.0;  // GB/s or TFLOP/s; not finite: no bar
     std::string label;   // printed after the bar
@@ -827,7 +878,7 @@ std::vector<Group> groups_of(const Report& report, Regime regime)
             found = firsts.end() - 1;
         }
         Group& group = groups[static_cast<std::size_t>(found - firsts.begin())];
-        Bar bar{to_string(row.policy), policy_colour(row.policy), nan(), ""};
+        Bar bar{row.configuration().name(), configuration_colour(report, row.configuration()), nan(), ""};
         if (row.status != Status::Ok) {
             bar.label = to_string(row.status);
         } else if (regime == Regime::Decode) {
@@ -1013,7 +1064,11 @@ std::string render_svg(const Report& report)
     double x = 10.0;
     std::vector<std::pair<std::string, const char*>> keys;
     for (const KernelPolicy policy : report.policies) {
-        keys.emplace_back(to_string(policy), policy_colour(policy));
+        keys.emplace_back(to_string(policy), configuration_colour(report, {policy, ""}));
+        for (const OverrideSet& set : report.override_sets) {
+            const Configuration configuration{policy, set.label};
+            keys.emplace_back(configuration.name(), configuration_colour(report, configuration));
+        }
     }
     keys.emplace_back(fmt::format("dense {} (cuBLASLt)", short_name(report.path.activation)), kDenseColour);
     if (std::any_of(report.rows.begin(), report.rows.end(), [](const Row& r) { return r.read_floor.has_value(); })) {

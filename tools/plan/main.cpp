@@ -259,22 +259,7 @@ std::string plan_text(const PlanOptions& o)
             flags[flag.environment] = *value;
         }
     }
-    const PlanOverrides forced = PlanOverrides::parse(flags);
-    for (auto field : {&PlanOverrides::down_columns, &PlanOverrides::accuracy4_warps, &PlanOverrides::prefill_split_k,
-                       &PlanOverrides::prefill_wgmma_tile_n, &PlanOverrides::prefill_wgmma_min_m,
-                       &PlanOverrides::prefill_wgmma_tile_m,
-                       &PlanOverrides::prefill_producer_warps, &PlanOverrides::prefill_tma,
-                       &PlanOverrides::prefill_tail_split, &PlanOverrides::prefill_wide_split,
-                       &PlanOverrides::prefill_stream_k,
-                       &PlanOverrides::decode_programmatic, &PlanOverrides::decode_stages,
-                       &PlanOverrides::decode_tiles, &PlanOverrides::decode_stage_acts,
-                       &PlanOverrides::decode_col_warps, &PlanOverrides::prefill_chunk_columns,
-                       &PlanOverrides::decode_cluster_k, &PlanOverrides::decode_chunks,
-                       &PlanOverrides::decode_stage_meta, &PlanOverrides::decode_prefetch}) {
-        if (forced.*field) {
-            context.overrides.*field = forced.*field;
-        }
-    }
+    context.overrides.merge(PlanOverrides::parse(flags));
     context.read_g_idx = [&config](const TensorDesc& g_idx) {
         std::vector<std::int32_t> groups(g_idx.numel());
         for (std::size_t i = 0; i < groups.size(); ++i) {

@@ -110,6 +110,25 @@ contains "$work/out" "variant: nbits_prefill_wgmma"
 expect 0 "$plan" --K 8192 --N 28672 --m 128 --policy fastest --prefill-wgmma-tile-n 256
 contains "$work/out" "grid 112x1x1 block 512x1x1 shared 134144 bytes"
 
+# --overrides: each row again under a labelled set of developer overrides; what nbits would ignore is refused.
+expect 0 "$bench" --plan --shape 3584,18944,512 --policy fastest --overrides sk:NBITS_PREFILL_STREAM_K=1
+contains "$work/out" "+sk: NBITS_PREFILL_STREAM_K=1"
+contains "$work/out" "policy fastest+sk"
+contains "$work/out" "kernel nbits_prefill_gemm_stream_k"
+expect 0 "$bench" --plan --shape 3584,18944,512 --policy fastest --overrides sk:NBITS_PREFILL_STREAM_K=1 --json
+contains "$work/out" '"overrides": "sk"'
+expect 2 "$bench" --plan --quick --overrides sk:NBITS_PREFILL_STREAM_K=2
+expect 2 "$bench" --plan --quick --overrides sk:NBITS_NO_SUCH_OVERRIDE=1
+expect 2 "$bench" --plan --quick --overrides NBITS_PREFILL_STREAM_K=1
+expect 2 "$bench" --plan --quick --overrides a:NBITS_DECODE_PDL=0 --overrides a:NBITS_DECODE_PDL=1
+expect 2 "$bench" --from-json "$here/sample_timing.json" --overrides a:NBITS_DECODE_PDL=0
+expect 0 "$bench" --from-json "$here/sample_timing.json"
+contains "$work/out" "fastest+sk  fast_prefill_stream_k"
+expect 0 "$bench" --from-json "$here/sample_timing.json" --csv
+contains "$work/out" ",prefill,fastest,sk,ok,fast_prefill_stream_k,"
+expect 0 "$bench" --from-json "$here/sample_timing.json" --plot "$work/plot.svg"
+contains "$work/plot.svg" "fastest+sk: 668.1 TFLOP/s"
+
 expect 0 "$startup" --help
 contains "$work/out" "--jit-image"
 expect 2 "$startup" --bogus
