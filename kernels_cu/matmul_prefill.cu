@@ -1396,6 +1396,22 @@ __device__ __forceinline__ void init_stage_barriers(const u32 full, const u32 em
     __syncthreads();
 }
 
+// NBITS_TMA without producer warps: thread 0 initialises the stages' full mbarriers (one arrival, its own, which
+// expects the tensor copies' bytes) and prefetches the tensor maps, before any thread uses them.
+template <bool kPaired>
+__device__ __forceinline__ void init_tensor_copy_barriers(const u32 full, const WeightSource<kPaired>& src)
+{
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < kStages; ++s) {
+            mbarrier_init(full + 8 * s, 1);
+        }
+        fence_mbarrier_init();
+        prefetch_tensor_maps(src);
+    }
+    __syncthreads();
+}
+
 // The computing warps' side of the warp-specialised pipeline over k tiles first .. first + count - 1, `consumed`
 // tiles after the ring's start: `ring` is the stage and full-barrier parity of the next tile, `released` the stage
 // of the tile two before it, whose stage the next tile reports free (compute leaves only its tile's last wgmma
@@ -1511,15 +1527,7 @@ __device__ __forceinline__ void staged_k_tiles(
     // full mbarrier; every thread copies its scales and zero points as without.
     const u32 full = smem_base + kPipelineBytes;
     if constexpr (kTma) {
-        if (threadIdx.x == 0) {
-#pragma unroll
-            for (int s = 0; s < kStages; ++s) {
-                mbarrier_init(full + 8 * s, 1);
-            }
-            fence_mbarrier_init();
-            prefetch_tensor_maps(src);
-        }
-        __syncthreads();
+        init_tensor_copy_barriers(full, src);
     }
     const auto tensor_copies_of = [&](const int stage, const int tile) {
         if constexpr (kTma) {
@@ -1878,8 +1886,9 @@ namespace nbits_prefill {
 // GPU shared with other streams); with all of them resident (G is at most the CTAs an SM holds times the SMs)
 // the partials are long done by the time their sum is due. The flags start zeroed (nbits_zero_words, the step
 // before).
-static_assert(!kStreamK || (kTma && kProducerWarps == 4 && kSplitK == 1 && NBITS_FIRST_COLUMN_TILE == 0),
-    "NBITS_STREAM_K needs NBITS_TMA with 4 producer warps, no split-K and no first column tile");
+static_assert(!kStreamK || (kTma && (kProducerWarps == 4 || kProducerWarps == 0) && kSplitK == 1 &&
+                              NBITS_FIRST_COLUMN_TILE == 0),
+    "NBITS_STREAM_K needs NBITS_TMA with 4 producer warps or none, no split-K and no first column tile");
 // Floats of a CTA's partial tile: each computing thread's accumulators.
 [[maybe_unused]] constexpr int kPartialFloats = kThreads * kWgmmaHalves * kWgmmaAcc;
 
@@ -1921,7 +1930,7 @@ struct StreamSegment {
     int k1;
     int n0;
     int m0;
-    long long units;
+    int units;  // fewer than 2^31 (the plan's bound)
 };
 
 // The epilogue of a segment of this CTA (`cta`), every computing thread: its partial to its slot and flag, or the
@@ -1930,7 +1939,7 @@ struct StreamSegment {
 // one column); in a slot they lie float4 (h, c) of every thread after another, so that each store and load of a
 // warp is whole lines.
 template <bool kPaired>
-__device__ __forceinline__ void stream_segment_epilogue(const float (&acc)[kWgmmaHalves][kWgmmaAcc],
+__device__ __forceinline__ void stream_segment_epilogue(float (&acc)[kWgmmaHalves][kWgmmaAcc],
     const StreamSegment& seg, const int cta, float* __restrict__ partials, u32* __restrict__ flags,
     act_t* __restrict__ y, const act_t* __restrict__ bias, const int m, const int n, const int bias_row_stride)
 {
@@ -1952,7 +1961,7 @@ __device__ __forceinline__ void stream_segment_epilogue(const float (&acc)[kWgmm
         return;
     }
     // The CTAs before this one whose units end inside the tile took the rest of it.
-    const long long tile_start = (long long)seg.tile * kTilesK;
+    const int tile_start = seg.tile * kTilesK;
     const int lowest = nbits_stream_k::lowest_contributor(cta, (int)gridDim.x, seg.units, tile_start);
     if (lowest < cta) {
         if (tid == 0) {
@@ -1964,36 +1973,31 @@ __device__ __forceinline__ void stream_segment_epilogue(const float (&acc)[kWgmm
         }
         consumer_barrier();
     }
+    // This CTA's accumulators plus the partials in CTA order (the same sums every run), a contributor's loads all
+    // independent, so that as many are in flight as the registers beside the accumulators hold.
+    constexpr int kVectors = kWgmmaHalves * kWgmmaAcc / 4;
+#pragma unroll 1
+    for (int other = lowest; other < cta; ++other) {
+        const float4* slot = reinterpret_cast<const float4*>(partials + (long)other * kPartialFloats);
+#pragma unroll
+        for (int j = 0; j < kVectors; ++j) {
+            const int h = j / (kWgmmaAcc / 4);
+            const int c = j % (kWgmmaAcc / 4);
+            const float4 p = __ldcg(slot + j * kThreads + tid);
+            acc[h][4 * c] += p.x;
+            acc[h][4 * c + 1] += p.y;
+            acc[h][4 * c + 2] += p.z;
+            acc[h][4 * c + 3] += p.w;
+        }
+    }
     const int lane = tid & 31;
     const int col = seg.n0 + (kPaired ? 8 : 16) * (tid >> 5) + (lane >> 2);
-    // A chunk of a thread's float4s at a time, each contributor's loads of a chunk in flight together: one L2
-    // round trip a chunk and contributor, not one a float4 (32 registers beside the 128 accumulators).
-    constexpr int kVectors = kWgmmaHalves * kWgmmaAcc / 4;
-    constexpr int kChunk = kVectors < 8 ? kVectors : 8;
 #pragma unroll
-    for (int j0 = 0; j0 < kVectors; j0 += kChunk) {
-        float4 sum[kChunk];
+    for (int h = 0; h < kWgmmaHalves; ++h) {
 #pragma unroll
-        for (int j = 0; j < kChunk; ++j) sum[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 1
-        for (int other = lowest; other < cta; ++other) {
-            const float4* slot = reinterpret_cast<const float4*>(partials + (long)other * kPartialFloats);
-#pragma unroll
-            for (int j = 0; j < kChunk; ++j) {
-                const float4 p = __ldcg(slot + (j0 + j) * kThreads + tid);
-                sum[j].x += p.x;
-                sum[j].y += p.y;
-                sum[j].z += p.z;
-                sum[j].w += p.w;
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) {
-            const int h = (j0 + j) / (kWgmmaAcc / 4);
-            const int c = (j0 + j) % (kWgmmaAcc / 4);
+        for (int c = 0; c < kWgmmaAcc / 4; ++c) {
             const int row = seg.m0 + kWgmmaN * h + 8 * c + 2 * (lane & 3);
-            const float4 v = make_float4(sum[j].x + acc[h][4 * c], sum[j].y + acc[h][4 * c + 1],
-                                         sum[j].z + acc[h][4 * c + 2], sum[j].w + acc[h][4 * c + 3]);
+            const float4 v = make_float4(acc[h][4 * c], acc[h][4 * c + 1], acc[h][4 * c + 2], acc[h][4 * c + 3]);
             if constexpr (kPaired) {
                 store_output(y, bias, swiglu(v.x, v.z), row, col, m, n, bias_row_stride);
                 store_output(y, bias, swiglu(v.y, v.w), row + 1, col, m, n, bias_row_stride);
@@ -2007,8 +2011,11 @@ __device__ __forceinline__ void stream_segment_epilogue(const float (&acc)[kWgmm
     }
 }
 
-// The stream-K GEMM (of the paired gate/up node too): the warp-specialised pipeline of produced_k_tiles over this
-// CTA's units, an epilogue after each segment. Instantiated by the stream-K entries only.
+// The stream-K GEMM (of the paired gate/up node too) over this CTA's units, an epilogue after each segment: with a
+// warpgroup of producers (256-token tiles, one CTA an SM) the warp-specialised pipeline of produced_k_tiles, without
+// (128-token tiles, two CTAs an SM) staged_k_tiles' pipeline, thread 0 issuing the tensor copies. Either runs on
+// across segments, its copies kCopiesAhead k tiles ahead of the one computed, whatever segment they belong to.
+// Instantiated by the stream-K entries only.
 template <bool kPaired>
 __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src,
     const act_t* __restrict__ bias, act_t* __restrict__ y, const int m, const int n, const int bias_row_stride,
@@ -2019,58 +2026,117 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
     const u32 smem_base = smem_addr(smem);
     const u32 full = smem_base + kPipelineBytes;
     const u32 empty = full + 8 * kStages;
-    init_stage_barriers(full, empty);
+    if constexpr (kProducerWarps == 4) {
+        init_stage_barriers(full, empty);
+    } else {
+        init_tensor_copy_barriers(full, src);
+    }
     const int m_tiles = (m + kTileM - 1) / kTileM;
     StreamSegment seg;
-    seg.units = (long long)((n + kColumns - 1) / kColumns) * m_tiles * kTilesK;
+    seg.units = (n + kColumns - 1) / kColumns * m_tiles * kTilesK;
     const int cta = (int)blockIdx.x;
-    const long long begin = nbits_stream_k::first_unit(cta, (int)gridDim.x, seg.units);
-    const long long end = nbits_stream_k::first_unit(cta + 1, (int)gridDim.x, seg.units);
+    const int begin = nbits_stream_k::first_unit(cta, (int)gridDim.x, seg.units);
+    const int end = nbits_stream_k::first_unit(cta + 1, (int)gridDim.x, seg.units);
     WeightSource<kPaired> weights = src;
     const auto place = [&](const int tile, const int k0, const int k1) {
         seg.tile = tile;
         seg.k0 = k0;
         seg.k1 = k1;
-        seg.n0 = tile / m_tiles * kColumns;
-        seg.m0 = tile % m_tiles * kTileM;
+        seg.n0 = seg.tile / m_tiles * kColumns;
+        seg.m0 = seg.tile % m_tiles * kTileM;
         weights.n0 = seg.n0;
     };
-    if ((int)threadIdx.x >= kThreads) {
-        set_max_registers<false, kProducerRegisters>();
-        StageRing ring;  // stage of the next tile and the parity of its empty barrier's previous phase
-        ring.parity = 1;
-        int issued = 0;
-        nbits_stream_k::for_each_segment(begin, end, kTilesK, [&](const long long tile, const int k0, const int k1) {
-            place((int)tile, k0, k1);
-            produce_by_tma(smem, smem_base, full, empty, k0, k1 - k0, a, weights, m, seg.m0, ring, issued);
-        });
-        set_max_registers<true, kLaunchRegisters>();
-        return;
-    }
     // Undefined until each segment's first wgmma overwrites them (see gemm_mainloop_wgmma).
     float acc[kWgmmaHalves][kWgmmaAcc];
-#pragma unroll
-    for (int h = 0; h < kWgmmaHalves; ++h)
-#pragma unroll
-        for (int i = 0; i < kWgmmaAcc; ++i) asm volatile("" : "=f"(acc[h][i]));
-    StageRing ring;
-    StageRing released;
-    released.stage = kStages - 2;
-    int consumed = 0;
-    set_max_registers<true, kConsumerRegisters>();
-    nbits_stream_k::for_each_segment(begin, end, kTilesK, [&](const long long tile, const int k0, const int k1) {
-        place((int)tile, k0, k1);
-        consume_k_tiles(smem_base, full, empty, k0, k1 - k0, ring, released, consumed,
-                        [&](const int stage, const u32 stage_address, const int k) {
-                            compute_stage_wgmma(acc, stage_view(smem, stage), stage_address + kWBytes, weights, k,
-                                                k == k0);
-                        });
+    const auto segment_done = [&] {
         wgmma_wait<0>();
 #pragma unroll
         for (int h = 0; h < kWgmmaHalves; ++h) fence_accumulators(acc[h]);
         stream_segment_epilogue<kPaired>(acc, seg, cta, partials, flags, y, bias, m, n, bias_row_stride);
-    });
-    set_max_registers<false, kLaunchRegisters>();
+    };
+    if constexpr (kProducerWarps == 4) {
+        if ((int)threadIdx.x >= kThreads) {
+            set_max_registers<false, kProducerRegisters>();
+            StageRing ring;  // stage of the next tile and the parity of its empty barrier's previous phase
+            ring.parity = 1;
+            int issued = 0;
+            nbits_stream_k::for_each_segment(begin, end, kTilesK, [&](const int tile, const int k0,
+                                                                      const int k1) {
+                place(tile, k0, k1);
+                produce_by_tma(smem, smem_base, full, empty, k0, k1 - k0, a, weights, m, seg.m0, ring, issued);
+            });
+            set_max_registers<true, kLaunchRegisters>();
+            return;
+        }
+#pragma unroll
+        for (int h = 0; h < kWgmmaHalves; ++h)
+#pragma unroll
+            for (int i = 0; i < kWgmmaAcc; ++i) asm volatile("" : "=f"(acc[h][i]));
+        StageRing ring;
+        StageRing released;
+        released.stage = kStages - 2;
+        int consumed = 0;
+        set_max_registers<true, kConsumerRegisters>();
+        nbits_stream_k::for_each_segment(begin, end, kTilesK, [&](const int tile, const int k0, const int k1) {
+            place(tile, k0, k1);
+            consume_k_tiles(smem_base, full, empty, k0, k1 - k0, ring, released, consumed,
+                            [&](const int stage, const u32 stage_address, const int k) {
+                                compute_stage_wgmma(acc, stage_view(smem, stage), stage_address + kWBytes, weights,
+                                                    k, k == k0);
+                            });
+            segment_done();
+        });
+        set_max_registers<false, kLaunchRegisters>();
+    } else {
+        // The copies of the walk's k tile `issued` into `stage`, or none past the CTA's last.
+        int issued = 0;
+        const auto issue_next = [&](const int stage) {
+            if (issued < end - begin) {
+                const nbits_stream_k::WalkItem item = nbits_stream_k::walk_item(begin, end, kTilesK, issued);
+                WeightSource<kPaired> item_src = src;
+                item_src.n0 = item.tile / m_tiles * kColumns;
+                const int m0 = item.tile % m_tiles * kTileM;
+                const StageLoader<kThreads, kPaired> loader(a, item_src, m, m0, (int)threadIdx.x);
+                loader.template load<true>(smem_base + stage * kStageBytes, smem + stage * kStageBytes, item.k);
+                if (threadIdx.x == 0) {
+                    tensor_copies(smem_base + stage * kStageBytes, full + 8 * stage, item.k, item_src, m0);
+                }
+                ++issued;
+            }
+            cp_async_commit();
+        };
+#pragma unroll 1
+        for (int s = 0; s < kCopiesAhead; ++s) {
+            issue_next(s);
+        }
+#pragma unroll
+        for (int h = 0; h < kWgmmaHalves; ++h)
+#pragma unroll
+            for (int i = 0; i < kWgmmaAcc; ++i) asm volatile("" : "=f"(acc[h][i]));
+        StageRing ring;  // the stage of the computed k tile and its full barrier's parity
+        // Segment by segment, the epilogue after each one's k tiles as in the producers' pipeline: an epilogue
+        // inside the k loop, on a branch, made ptxas serialise the wgmmas (its C7518 note).
+        nbits_stream_k::for_each_segment(begin, end, kTilesK, [&](const int tile, const int k0, const int k1) {
+            place(tile, k0, k1);
+#pragma unroll 1
+            for (int k = k0; k < k1; ++k) {
+                cp_async_wait<kCopiesAhead - 1>();
+                mbarrier_wait(full + 8 * ring.stage, ring.parity);
+                // The copies (generic proxy) become visible to wgmma (async proxy).
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                __syncthreads();
+                // Into the stage kCopiesAhead after this one's (worked out, not kept: a ring of its own cost
+                // the int4 kernel of blocks of 16 with zero points and fp32 scales a spill).
+                const int refilled = ring.stage + kCopiesAhead;
+                issue_next(refilled < kStages ? refilled : refilled - kStages);
+                compute_stage_wgmma(acc, stage_view(smem, ring.stage),
+                                    smem_base + ring.stage * kStageBytes + kWBytes, weights, k, k == k0);
+                ring.advance();
+            }
+            segment_done();
+        });
+        cp_async_wait<0>();
+    }
 }
 }  // namespace nbits_prefill
 #endif

@@ -16,6 +16,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <optional>
 
 namespace nbits::ops::detail {
@@ -405,15 +407,25 @@ bool tma_feeds(const FastestRequest& fastest, const PrefillTiles& tiles)
 
 std::size_t prefill_ctas(const FastestRequest& fastest, const PrefillTiles& tiles);
 
-// NBITS_PREFILL_STREAM_K=1 where the stream-K grid can take the node: sm_90, past M = 128, rows the tensor maps
-// describe (see tma_feeds), and no override asking for 128-token tiles. The 256-token tiles then take it whatever
-// their count.
+// Whether a stream-K grid runs the 256-token tiles (one CTA an SM, a warpgroup of producers): past M = 128 unless
+// NBITS_PREFILL_WGMMA_TILE_M=128 asks for 128-token tiles, up to it where NBITS_PREFILL_WGMMA_TILE_M=256 asks for
+// those. Else the 128-token tiles, two CTAs an SM, thread 0 issuing the tensor copies.
+bool stream_k_tall(const FastestRequest& fastest)
+{
+    const std::optional<int> tokens = wgmma_tile_m_override(fastest);
+    return fastest.m > kWgmmaTallMinM ? tokens != 128 : tokens == 256;
+}
+
+// NBITS_PREFILL_STREAM_K=1 where the stream-K grid can take the node: sm_90, past M = 64 (the 64-token tiles have
+// no stream-K kernel), tiles of 128 weight rows (not NBITS_PREFILL_WGMMA_TILE_N=256), rows the tensor maps describe
+// (see tma_feeds). The tiles then take it whatever their count.
 bool stream_k_requested(const FastestRequest& fastest)
 {
     const Capabilities& device = fastest.request.context.capabilities;
-    return fastest.request.context.overrides.prefill_stream_k == 1 && device.compute_major == 9 &&
-           device.compute_minor == 0 && device.multiprocessor_count > 0 && fastest.m > kWgmmaTallMinM &&
-           wgmma_tile_m_override(fastest) != 128 && tma_feeds(fastest, kWgmmaTallTiles);
+    const PlanOverrides& overrides = fastest.request.context.overrides;
+    return overrides.prefill_stream_k == 1 && device.compute_major == 9 && device.compute_minor == 0 &&
+           device.multiprocessor_count > 0 && fastest.m > kWgmmaSmallTileM && overrides.prefill_wgmma_tile_n != 256 &&
+           tma_feeds(fastest, stream_k_tall(fastest) ? kWgmmaTallTiles : kWgmmaTiles);
 }
 
 // The stream-K grid over `rows` rows: one CTA a slot (min_ctas an SM), no more than the units of work (an output
@@ -429,6 +441,17 @@ std::size_t stream_k_ctas(const FastestRequest& fastest, const PrefillTiles& til
         return slots;
     }
     return std::min(slots, tiles_count * div_ceil(fastest.request.config.k, static_cast<std::size_t>(tiles.tile_k)));
+}
+
+// Whether the stream-K grid's units over all M rows (output tiles x k tiles) stay below 2^31, as the kernel counts
+// them; each product is bounded before the next factor multiplies it.
+bool stream_k_units_fit(const FastestRequest& fastest, const PrefillTiles& tiles)
+{
+    constexpr std::size_t kMaxUnits = std::numeric_limits<std::int32_t>::max();
+    const std::size_t column_tiles = prefill_column_tiles(fastest, tiles);
+    const std::size_t row_tiles = div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m));
+    const std::size_t k_tiles = div_ceil(fastest.request.config.k, static_cast<std::size_t>(tiles.tile_k));
+    return column_tiles <= kMaxUnits / row_tiles && column_tiles * row_tiles <= kMaxUnits / k_tiles;
 }
 
 // Bytes of the stream-K scratch for a grid of `ctas`: a partial tile a CTA (each computing thread's fp32
@@ -466,7 +489,7 @@ PrefillTiles wgmma_tiles(const FastestRequest& fastest)
         tiles.tile_m = static_cast<int>(kWgmmaSmallTileM);
     } else if (overrides.prefill_wgmma_tile_n == 256) {
         tiles = kWgmmaWideTiles;
-    } else if (wgmma_tile_m_override(fastest) == 256 || stream_k) {
+    } else if (wgmma_tile_m_override(fastest) == 256 || (stream_k && stream_k_tall(fastest))) {
         tiles = kWgmmaTallTiles;
     } else if (!wgmma_tile_m_override(fastest) && fastest.m > kWgmmaTallMinM && tma_feeds(fastest, kWgmmaTallTiles)) {
         // Unsplit: with its K split the grid of a narrow node (Llama-3-8B o at M = 256, 32 column tiles split 4)
@@ -494,7 +517,12 @@ PrefillTiles wgmma_tiles(const FastestRequest& fastest)
     if (tiles.producer_warps > 0 && !small) {
         tiles.min_ctas = 1;
     }
-    tiles.stream_k = stream_k && tiles.tile_m == 256 && tiles.tma && tiles.producer_warps == 4;
+    // The stream-K entries: 256-token tiles with a warpgroup of producers, 128-token ones with none; their units
+    // (output tiles x k tiles) count in 32 bits.
+    tiles.stream_k = stream_k && tiles.tma && tiles.tile_n == 128 &&
+                     ((tiles.tile_m == 256 && tiles.producer_warps == 4) ||
+                      (tiles.tile_m == 128 && tiles.producer_warps == 0)) &&
+                     stream_k_units_fit(fastest, tiles);
     return tiles;
 }
 
@@ -969,7 +997,8 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
         weight_bytes = chunk_columns * a_row_bytes;
         projections_bytes = paired ? 2 * projection_bytes(rows_per_pass, chunk_columns) : 0;
     }
-    // The stream-K grid's partial tiles and flags: at most a slot's worth each, 128 KiB a CTA of 256-token tiles.
+    // The stream-K grid's partial tiles and flags: at most a slot's worth each, 128 KiB a CTA of 256-token tiles
+    // (64 KiB of 128-token ones, two CTAs an SM).
     std::size_t stream_bytes = 0;
     if (wgmma) {
         const PrefillTiles tiles = wgmma_tiles(fastest);
@@ -1033,7 +1062,7 @@ bool plan_prefill(LaunchPlan& plan, const FastestRequest& fastest)
                                            "ONNX Runtime's layout, specialised on K, bits, block size and zero points",
                                            m, kind, normalized ? " with an RMS-norm pass over rows into scratch" : "",
                                            wgmma ? "sm_90a warpgroup MMA" : "mma.sync",
-                                           stream_k ? ", a stream-K grid of one CTA an SM sharing the tiles' k tiles "
+                                           stream_k ? ", a stream-K grid of one CTA a slot sharing the tiles' k tiles "
                                                       "evenly (fp32 partial tiles in scratch)"
                                            : split_k == 1 ? std::string()
                                            : split_tail

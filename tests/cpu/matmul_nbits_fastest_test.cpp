@@ -591,6 +591,10 @@ TEST_CASE("the fused prefill GEMM's planned dynamic shared memory is what the ke
          with(fastest(node(4096, 14336), rows(300, DataType::BFloat16)), {{&PlanOverrides::prefill_stream_k, 1}})},
         {"stream-K 256-token tiles, paired int8",
          with(fastest(paired_int8, rows(512)), {{&PlanOverrides::prefill_stream_k, 1}})},
+        {"stream-K 128-token tiles, bf16 zero points", with(fastest(node(4096, 14336), bf16_zp),
+                                                            {{&PlanOverrides::prefill_stream_k, 1}})},
+        {"stream-K 128-token tiles, paired int8",
+         with(fastest(paired_int8, rows(100)), {{&PlanOverrides::prefill_stream_k, 1}})},
     };
     const std::string symbol = ".u32 nbits_prefill_smem_bytes = ";
     for (const Planned& p : planned) {
@@ -651,6 +655,13 @@ TEST_CASE("the planned sm_90 wgmma steps assemble for sm_90a without spills and 
     bf16_512.zero_points = true;
     test::Shapes zp300 = rows(300);
     zp300.zero_points = true;
+    test::Shapes bf16_zp_bias = bf16_zp;
+    bf16_zp_bias.bias = true;
+    test::Shapes f32_zp96 = rows(96);
+    f32_zp96.scales = DataType::Float32;
+    f32_zp96.zero_points = true;
+    test::Shapes zp80 = rows(80);
+    zp80.zero_points = true;
     const std::vector<std::pair<const char*, test::Problem>> problems = {
         {"TMA, fp16 int4 M = 64 (64-token tiles)", tma(without_tma(node(4096, 14336), rows(64)))},
         {"TMA, fp16 int4 M = 128", tma(without_tma(node(4096, 14336), rows(128)))},
@@ -669,6 +680,23 @@ TEST_CASE("the planned sm_90 wgmma steps assemble for sm_90a without spills and 
         // The producers' loop over segments spilled at 40 registers here (now 56).
         {"TMA stream-K, paired gate/up int8 block 16 zero points M = 300",
          with_override(fastest(test::marked(node(4096, 14336, 8, 16), kGateUpSwigluAttr), zp300),
+                       &PlanOverrides::prefill_stream_k, 1)},
+        // The 128-token tiles under the 128-register cap of two CTAs an SM (the partials' sum in chunks of four
+        // float4s: eight spilled 200 bytes).
+        {"TMA stream-K, fp16 int4 M = 128 (128-token tiles)",
+         with_override(fastest(node(4096, 14336), rows(128)), &PlanOverrides::prefill_stream_k, 1)},
+        {"TMA stream-K, bf16 int4 zero points M = 128, a bias",
+         with_override(fastest(node(4096, 14336), bf16_zp_bias), &PlanOverrides::prefill_stream_k, 1)},
+        {"TMA stream-K, fp16 int8 block 16 zero points M = 96, fp32 scales",
+         with_override(fastest(node(4096, 14336, 8, 16), f32_zp96), &PlanOverrides::prefill_stream_k, 1)},
+        // Two registers short here while the refilled stage had a ring of its own.
+        {"TMA stream-K, fp16 int4 block 16 zero points M = 96, fp32 scales",
+         with_override(fastest(node(4096, 14336, 4, 16), f32_zp96), &PlanOverrides::prefill_stream_k, 1)},
+        {"TMA stream-K, paired gate/up int8 block 16 zero points M = 80",
+         with_override(fastest(test::marked(node(4096, 14336, 8, 16), kGateUpSwigluAttr), zp80),
+                       &PlanOverrides::prefill_stream_k, 1)},
+        {"TMA stream-K, paired gate/up bf16 int4 M = 128",
+         with_override(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(128, DataType::BFloat16)),
                        &PlanOverrides::prefill_stream_k, 1)},
     };
     std::vector<std::pair<std::string, LaunchPlan>> plans;
@@ -844,8 +872,8 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TAIL_SPLIT: the whole wav
     }
 }
 
-TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_STREAM_K: one CTA an SM sharing the 256-token tiles' k tiles, "
-          "one weight set or the paired gate/up node")
+TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_STREAM_K: one CTA a slot sharing the 256-token tiles' k tiles "
+          "past M = 128 and the 128-token tiles' up to it, one weight set or the paired gate/up node")
 {
     auto streamed = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::prefill_stream_k, 1); };
     // Llama-3-8B up at M = 512: 224 tiles of 64 k tiles over the H200's 132 SMs, after a step that zeroes the
@@ -900,7 +928,29 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_STREAM_K: one CTA an SM s
     CHECK(entries(paired) == std::vector<std::string>{"nbits_zero_words", "nbits_prefill_gate_up_stream_k"});
     CHECK(test::kernel_step(paired, 1).config.grid == Dim3{132, 1, 1});
     CHECK(paired.scratch_bytes == up.scratch_bytes);
-    // Not at M <= 128 (128-token tiles), where the tensor maps cannot describe the rows (K % 8 != 0), off sm_90,
+    // M = 65..128: the 128-token tiles, two CTAs an SM (264 on the H200) without producer warps, a partial tile of
+    // 256 threads x 64 fp32 accumulators a CTA; also where NBITS_PREFILL_WGMMA_TILE_M=128 asks for them past M = 128.
+    const test::Problem up_128 = streamed(fastest(node(4096, 14336), rows(128)));
+    for (const LaunchPlan& plan :
+         {up_128.plan(), streamed(fastest(node(4096, 14336), rows(65))).plan(),
+          with_override(streamed(fastest(node(4096, 14336), rows(512))), &PlanOverrides::prefill_wgmma_tile_m, 128)
+              .plan(),
+          streamed(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(128))).plan()}) {
+        CAPTURE(plan.reason());
+        CHECK(plan.variant == "nbits_prefill_wgmma");
+        REQUIRE(plan.steps.size() == 2);
+        const KernelStep& tiles_128 = test::kernel_step(plan, 1);
+        CHECK(tiles_128.entry.find("_stream_k") != std::string::npos);
+        CHECK(tiles_128.config.grid == Dim3{264, 1, 1});
+        CHECK(tiles_128.config.block == Dim3{256, 1, 1});
+        CHECK(defines(tiles_128, "NBITS_TILE_M=128"));
+        CHECK(defines(tiles_128, "NBITS_MIN_CTAS=2"));
+        CHECK(defines(tiles_128, "NBITS_TMA=1"));
+        CHECK(!sets(tiles_128, "NBITS_PRODUCER_WARPS"));
+        CHECK(plan.scratch_bytes == std::vector<std::size_t>{264 * (256 * 64 * 4 + 4)});
+        CHECK(std::get<std::int32_t>(test::kernel_step(plan, 0).args[1]) == 264);
+    }
+    // Not at M <= 64 (64-token tiles), where the tensor maps cannot describe the rows (K % 8 != 0), off sm_90,
     // nor with the override 0 or unset.
     auto no_stream = [](const test::Problem& p) {
         for (const std::string& name : entries(p.plan())) {
@@ -910,18 +960,24 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_STREAM_K: one CTA an SM s
         }
         return true;
     };
-    CHECK(no_stream(streamed(fastest(node(4096, 14336), rows(128)))));
-    CHECK(no_stream(streamed(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(128)))));
+    CHECK(no_stream(streamed(fastest(node(4096, 14336), rows(64)))));
     CHECK(no_stream(streamed(fastest(node(4100, 14336), rows(512)))));
+    CHECK(no_stream(streamed(fastest(node(4100, 14336), rows(128)))));
+    // Nor where its units would not count in 32 bits, as the kernel counts them: K = N = 2^20 at M = 4096 makes
+    // 8192 column tiles x 16 token tiles x 16384 k tiles = 2^31 units; at M = 128, 2^27.
+    CHECK(no_stream(streamed(fastest(node(1 << 20, 1 << 20), rows(4096)))));
+    CHECK_FALSE(no_stream(streamed(fastest(node(1 << 20, 1 << 20), rows(128)))));
     CHECK(no_stream(streamed(fastest(node(4096, 14336), rows(512), Capabilities::a100()))));
     CHECK(no_stream(with_override(fastest(node(4096, 14336), rows(512)), &PlanOverrides::prefill_stream_k, 0)));
     CHECK(no_stream(fastest(node(4096, 14336), rows(512))));
-    // Nor with the cp.async pipeline (NBITS_PREFILL_TMA=0), other producers or 128-token tiles asked for.
-    CHECK(no_stream(
-        with_override(streamed(fastest(node(4096, 14336), rows(512))), &PlanOverrides::prefill_wgmma_tile_m, 128)));
-    CHECK(no_stream(with_override(streamed(fastest(node(4096, 14336), rows(512))), &PlanOverrides::prefill_tma, 0)));
-    CHECK(no_stream(
-        with_override(streamed(fastest(node(4096, 14336), rows(512))), &PlanOverrides::prefill_producer_warps, 1)));
+    // Nor with the cp.async pipeline (NBITS_PREFILL_TMA=0), other producers or 256 weight rows asked for.
+    for (const std::size_t m : {128, 512}) {
+        CAPTURE(m);
+        const test::Problem p = streamed(fastest(node(4096, 14336), rows(m)));
+        CHECK(no_stream(with_override(p, &PlanOverrides::prefill_tma, 0)));
+        CHECK(no_stream(with_override(p, &PlanOverrides::prefill_producer_warps, 1)));
+        CHECK(no_stream(with_override(p, &PlanOverrides::prefill_wgmma_tile_n, 256)));
+    }
 }
 
 TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TMA: the copies' issuers and tensor maps of A and the weights")

@@ -17,28 +17,46 @@
 namespace {
 
 struct Segment {
-    long long tile;
+    int tile;
     int k0;
     int k1;
 };
 
 // The segments CTA `cta` computes, in the order it computes them.
-std::vector<Segment> segments_of(int cta, int ctas, long long units, int k_tiles)
+std::vector<Segment> segments_of(int cta, int ctas, int units, int k_tiles)
 {
     std::vector<Segment> found;
     nbits_stream_k::for_each_segment(nbits_stream_k::first_unit(cta, ctas, units),
                                      nbits_stream_k::first_unit(cta + 1, ctas, units), k_tiles,
-                                     [&](long long tile, int k0, int k1) { found.push_back({tile, k0, k1}); });
+                                     [&](int tile, int k0, int k1) { found.push_back({tile, k0, k1}); });
     return found;
 }
 
-void check_partition(long long tiles, int k_tiles, int ctas)
+// walk_item, one k tile at a time, gives exactly for_each_segment's segments and k tiles, in order.
+void check_walk(int cta, int ctas, int units, int k_tiles, const std::vector<Segment>& segments)
+{
+    const int begin = nbits_stream_k::first_unit(cta, ctas, units);
+    const int end = nbits_stream_k::first_unit(cta + 1, ctas, units);
+    int j = 0;
+    for (const Segment& s : segments) {
+        for (int k = s.k0; k < s.k1; ++k, ++j) {
+            const nbits_stream_k::WalkItem item = nbits_stream_k::walk_item(begin, end, k_tiles, j);
+            CHECK(item.tile == s.tile);
+            CHECK(item.k0 == s.k0);
+            CHECK(item.k1 == s.k1);
+            CHECK(item.k == k);
+        }
+    }
+    CHECK(j == end - begin);
+}
+
+void check_partition(int tiles, int k_tiles, int ctas)
 {
     CAPTURE(tiles);
     CAPTURE(k_tiles);
     CAPTURE(ctas);
-    const long long units = tiles * k_tiles;
-    std::map<std::pair<long long, int>, int> computed_by;  // (tile, k tile) -> CTA
+    const int units = tiles * k_tiles;
+    std::map<std::pair<int, int>, int> computed_by;  // (tile, k tile) -> CTA
     std::map<int, Segment> partial_of;                     // CTA -> the segment it leaves as a partial
     std::set<int> summed;                                  // CTAs whose partial some CTA sums
     std::vector<std::tuple<int, Segment, int>> sums;       // (CTA, its segment, lowest contributor)
@@ -46,6 +64,7 @@ void check_partition(long long tiles, int k_tiles, int ctas)
     for (int cta = 0; cta < ctas; ++cta) {
         const std::vector<Segment> segments = segments_of(cta, ctas, units, k_tiles);
         REQUIRE(!segments.empty());  // the plan never launches more CTAs than units
+        check_walk(cta, ctas, units, k_tiles, segments);
         for (std::size_t i = 0; i < segments.size(); ++i) {
             const Segment& s = segments[i];
             REQUIRE(s.k0 < s.k1);
@@ -88,7 +107,7 @@ void check_partition(long long tiles, int k_tiles, int ctas)
 
 TEST_CASE("the stream-K partition computes every unit once and sums each shared tile once, waiting only backwards")
 {
-    for (const long long tiles : {1LL, 2LL, 3LL, 7LL, 32LL, 36LL, 48LL, 112LL, 148LL, 224LL, 296LL, 448LL, 1188LL}) {
+    for (const int tiles : {1, 2, 3, 7, 32, 36, 48, 112, 148, 224, 296, 448, 1188}) {
         for (const int k_tiles : {1, 2, 3, 8, 16, 56, 64, 448}) {
             for (const int ctas : {1, 2, 3, 7, 131, 132, 264}) {
                 if (tiles * k_tiles >= ctas) {
@@ -101,15 +120,37 @@ TEST_CASE("the stream-K partition computes every unit once and sums each shared 
 
 TEST_CASE("the stream-K partition spreads the units evenly: no CTA takes more than one unit beyond another")
 {
-    const long long units = 148LL * 56;  // Qwen2.5-7B up at M = 256 on the H200's 132 SMs
-    long long fewest = units;
-    long long most = 0;
+    const int units = 148 * 56;  // Qwen2.5-7B up at M = 256 on the H200's 132 SMs
+    int fewest = units;
+    int most = 0;
     for (int cta = 0; cta < 132; ++cta) {
-        const long long count =
+        const int count =
             nbits_stream_k::first_unit(cta + 1, 132, units) - nbits_stream_k::first_unit(cta, 132, units);
         fewest = std::min(fewest, count);
         most = std::max(most, count);
     }
     CHECK(fewest == 62);
     CHECK(most == 63);
+}
+
+TEST_CASE("the stream-K partition counts in 32 bits up to the plan's bound of 2^31 - 1 units without overflowing")
+{
+    // The kernel's units are 32-bit (the plan takes the grid only below 2^31); a CTA's first unit multiplies
+    // before it divides, in 64 bits.
+    constexpr int kUnits = 2147483647 / 64 * 64;  // whole tiles of 64 k tiles
+    int previous = 0;
+    for (int cta = 0; cta <= 264; ++cta) {
+        const int first = nbits_stream_k::first_unit(cta, 264, kUnits);
+        CHECK(first >= previous);
+        previous = first;
+    }
+    CHECK(nbits_stream_k::first_unit(264, 264, kUnits) == kUnits);
+    // The last CTA's walk: its last tile first, k tiles of 64.
+    const int begin = nbits_stream_k::first_unit(263, 264, kUnits);
+    const nbits_stream_k::WalkItem last = nbits_stream_k::walk_item(begin, kUnits, 64, 0);
+    CHECK(last.tile == kUnits / 64 - 1);
+    CHECK(last.k1 == 64);
+    CHECK(last.k == last.k0);
+    // Its last item: the last k tile of the tile holding its first unit.
+    CHECK(nbits_stream_k::walk_item(begin, kUnits, 64, kUnits - begin - 1).k == 63);
 }
