@@ -2025,7 +2025,7 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
     constexpr int kColumns = kPaired ? kTileN / 2 : kTileN;  // of Y, a tile
     const u32 smem_base = smem_addr(smem);
     const u32 full = smem_base + kPipelineBytes;
-    const u32 empty = full + 8 * kStages;
+    [[maybe_unused]] const u32 empty = full + 8 * kStages;  // the producers' pipeline only
     if constexpr (kProducerWarps == 4) {
         init_stage_barriers(full, empty);
     } else {
