@@ -387,45 +387,54 @@ std::optional<int> wgmma_tile_m_override(const FastestRequest& fastest)
     return tokens == 128 || tokens == 256 ? tokens : std::nullopt;
 }
 
-// Whether the wgmma GEMM takes its k tiles by the tensor memory accelerator: where the tensor maps can describe A
-// and the weights (rows of whole 16 bytes, K % 8 == 0), on the tiles of 128 and 256 tokens by 128 weight rows
-// unless NBITS_PREFILL_TMA=0, on the others where NBITS_PREFILL_TMA=1. On the H200 (nbits-bench, fp16 int4 block
+// Whether the wgmma GEMM takes its k tiles by the tensor memory accelerator: where the tensor maps can describe A and
+// the weights (tma_describes: rows of whole 16 bytes, K % 8 == 0), on the tiles of 128 and 256 tokens by 128 weight
+// rows unless NBITS_PREFILL_TMA=0, on the others where NBITS_PREFILL_TMA=1. On the H200 (nbits-bench, fp16 int4 block
 // 32, one call on dbf76f6, cp.async against TMA, us): 128-token tiles Llama-3-8B up M = 128 41.87 -> 36.61, M = 256
-// 67.81 -> 58.00, M = 512 132.59 -> 114.66, Qwen2.5-7B up 58.80 / 88.64 / 140.37 -> 50.93 / 83.20 / 129.74,
-// Llama-3-70B up 133.70 / 256.96 / 448.18 -> 114.82 / 218.70 / 430.24, the paired Llama-3-8B gate/up M = 512 /
-// 1024 240.70 / 463.58 -> 215.15 / 407.18; the 64-token tiles (one producer warp) slower at M = 40 and 64 (8B up
-// 30.80 / 31.31 -> 34.43 / 35.14, Llama-3-70B up 107.49 / 101.41 -> 112.22 / 112.42).
-bool tma_feeds(const FastestRequest& fastest, const PrefillTiles& tiles)
+// 67.81 -> 58.00, M = 512 132.59 -> 114.66, Qwen2.5-7B up 58.80 / 88.64 / 140.37 -> 50.93 / 83.20 / 129.74, Llama-3-70B
+// up 133.70 / 256.96 / 448.18 -> 114.82 / 218.70 / 430.24, the paired Llama-3-8B gate/up M = 512 / 1024 240.70 / 463.58
+// -> 215.15 / 407.18; the 64-token tiles (one producer warp) slower at M = 40 and 64 (8B up 30.80 / 31.31 -> 34.43 /
+// 35.14, Llama-3-70B up 107.49 / 101.41 -> 112.22 / 112.42).
+bool tma_describes(const FastestRequest& fastest, const PrefillTiles& tiles)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
-    const bool describable = config.k % 8 == 0 && config.k_blocks() * config.blob_size() % 16 == 0 &&
-                             tiles.tile_m <= 256 && tiles.tile_n <= 256;
+    return config.k % 8 == 0 && config.k_blocks() * config.blob_size() % 16 == 0 && tiles.tile_m <= 256 &&
+           tiles.tile_n <= 256;
+}
+
+bool tma_feeds(const FastestRequest& fastest, const PrefillTiles& tiles)
+{
     const std::optional<int> forced = fastest.request.context.overrides.prefill_tma;
     const bool measured = tiles.tile_m >= 128 && tiles.tile_n == 128;
-    return describable && (forced == 1 || (forced != 0 && measured));
+    return tma_describes(fastest, tiles) && (forced == 1 || (forced != 0 && measured));
 }
 
 std::size_t prefill_ctas(const FastestRequest& fastest, const PrefillTiles& tiles);
 
 // Whether a stream-K grid runs the 256-token tiles (one CTA an SM, a warpgroup of producers): past M = 128 unless
-// NBITS_PREFILL_WGMMA_TILE_M=128 asks for 128-token tiles, up to it where NBITS_PREFILL_WGMMA_TILE_M=256 asks for
-// those. Else the 128-token tiles, two CTAs an SM, thread 0 issuing the tensor copies.
+// NBITS_PREFILL_WGMMA_TILE_M=128 asks for 128-token tiles, at M = 65..128 where NBITS_PREFILL_WGMMA_TILE_M=256 asks
+// for those. Else the 64-token tiles up to M = 64 and the 128-token ones past it, two CTAs an SM, thread 0 issuing
+// the tensor copies.
 bool stream_k_tall(const FastestRequest& fastest)
 {
     const std::optional<int> tokens = wgmma_tile_m_override(fastest);
-    return fastest.m > kWgmmaTallMinM ? tokens != 128 : tokens == 256;
+    return fastest.m > kWgmmaTallMinM ? tokens != 128 : fastest.m > kWgmmaSmallTileM && tokens == 256;
 }
 
-// NBITS_PREFILL_STREAM_K=1 where the stream-K grid can take the node: sm_90, past M = 64 (the 64-token tiles have
-// no stream-K kernel), tiles of 128 weight rows (not NBITS_PREFILL_WGMMA_TILE_N=256), rows the tensor maps describe
-// (see tma_feeds). The tiles then take it whatever their count.
+// NBITS_PREFILL_STREAM_K=1 where the stream-K grid can take the node: sm_90, the wgmma GEMM's tiles of 128 weight
+// rows (not NBITS_PREFILL_WGMMA_TILE_N=256), rows the tensor maps describe and NBITS_PREFILL_TMA not 0: it takes
+// its k tiles by the tensor memory accelerator on every tile height. The tiles then take it whatever their count.
 bool stream_k_requested(const FastestRequest& fastest)
 {
     const Capabilities& device = fastest.request.context.capabilities;
     const PlanOverrides& overrides = fastest.request.context.overrides;
+    PrefillTiles tiles = stream_k_tall(fastest) ? kWgmmaTallTiles : kWgmmaTiles;
+    if (fastest.m <= kWgmmaSmallTileM) {
+        tiles.tile_m = static_cast<int>(kWgmmaSmallTileM);
+    }
     return overrides.prefill_stream_k == 1 && device.compute_major == 9 && device.compute_minor == 0 &&
-           device.multiprocessor_count > 0 && fastest.m > kWgmmaSmallTileM && overrides.prefill_wgmma_tile_n != 256 &&
-           tma_feeds(fastest, stream_k_tall(fastest) ? kWgmmaTallTiles : kWgmmaTiles);
+           device.multiprocessor_count > 0 && overrides.prefill_wgmma_tile_n != 256 && overrides.prefill_tma != 0 &&
+           tma_describes(fastest, tiles);
 }
 
 // The stream-K grid over `rows` rows: one CTA a slot (min_ctas an SM), no more than the units of work (an output
@@ -504,24 +513,28 @@ PrefillTiles wgmma_tiles(const FastestRequest& fastest)
     const std::optional<int> producers = fastest.request.context.overrides.prefill_producer_warps;
     const bool overridden = producers && (*producers == 0 || *producers == 1 || *producers == 2 || *producers == 4);
     tiles.producer_warps = overridden ? *producers : (small ? kWgmmaProducerWarps : 0);
-    if (tma_feeds(fastest, tiles)) {
+    if (tma_feeds(fastest, tiles) || stream_k) {
         // One producer warp on the 64-token tiles. None on the 128-token (and 256-row) ones: thread 0 issues the
         // tensor copies, and two CTAs an SM keep their 64 accumulators a thread (with a producer warp ptxas caps
         // two CTAs of 288 threads at 96 registers, which spills and serialises the wgmmas; one CTA an SM with
         // NBITS_PREFILL_PRODUCER_WARPS=1). A warpgroup of them on the 256-token tiles, which hands its registers
         // to the computing warpgroups (setmaxnreg: 288 threads would cap those at 168, where ptxas serialises the
         // wgmmas). The override takes 0, 1 or 4.
+        // A stream-K grid on the 64-token tiles: none, as on the 128-token ones (its pipeline has no producers).
         tiles.tma = true;
-        tiles.producer_warps = overridden && *producers != 2 ? *producers : tiles.tile_m == 256 ? 4 : small ? 1 : 0;
+        tiles.producer_warps = overridden && *producers != 2 ? *producers
+                               : tiles.tile_m == 256          ? 4
+                               : small && !stream_k           ? 1
+                                                              : 0;
     }
     if (tiles.producer_warps > 0 && !small) {
         tiles.min_ctas = 1;
     }
-    // The stream-K entries: 256-token tiles with a warpgroup of producers, 128-token ones with none; their units
-    // (output tiles x k tiles) count in 32 bits.
+    // The stream-K entries: 256-token tiles with a warpgroup of producers, 64- and 128-token ones with none; their
+    // units (output tiles x k tiles) count in 32 bits.
     tiles.stream_k = stream_k && tiles.tma && tiles.tile_n == 128 &&
                      ((tiles.tile_m == 256 && tiles.producer_warps == 4) ||
-                      (tiles.tile_m == 128 && tiles.producer_warps == 0)) &&
+                      (tiles.tile_m <= 128 && tiles.producer_warps == 0)) &&
                      stream_k_units_fit(fastest, tiles);
     return tiles;
 }

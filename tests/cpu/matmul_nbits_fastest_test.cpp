@@ -595,6 +595,10 @@ TEST_CASE("the fused prefill GEMM's planned dynamic shared memory is what the ke
                                                             {{&PlanOverrides::prefill_stream_k, 1}})},
         {"stream-K 128-token tiles, paired int8",
          with(fastest(paired_int8, rows(100)), {{&PlanOverrides::prefill_stream_k, 1}})},
+        {"stream-K 64-token tiles, int8", with(fastest(node(4096, 14336, 8), rows(64)),
+                                               {{&PlanOverrides::prefill_stream_k, 1}})},
+        {"stream-K 64-token tiles, paired int8",
+         with(fastest(paired_int8, rows(40)), {{&PlanOverrides::prefill_stream_k, 1}})},
     };
     const std::string symbol = ".u32 nbits_prefill_smem_bytes = ";
     for (const Planned& p : planned) {
@@ -662,6 +666,8 @@ TEST_CASE("the planned sm_90 wgmma steps assemble for sm_90a without spills and 
     f32_zp96.zero_points = true;
     test::Shapes zp80 = rows(80);
     zp80.zero_points = true;
+    test::Shapes zp40 = rows(40);
+    zp40.zero_points = true;
     const std::vector<std::pair<const char*, test::Problem>> problems = {
         {"TMA, fp16 int4 M = 64 (64-token tiles)", tma(without_tma(node(4096, 14336), rows(64)))},
         {"TMA, fp16 int4 M = 128", tma(without_tma(node(4096, 14336), rows(128)))},
@@ -697,6 +703,12 @@ TEST_CASE("the planned sm_90 wgmma steps assemble for sm_90a without spills and 
                        &PlanOverrides::prefill_stream_k, 1)},
         {"TMA stream-K, paired gate/up bf16 int4 M = 128",
          with_override(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(128, DataType::BFloat16)),
+                       &PlanOverrides::prefill_stream_k, 1)},
+        // The 64-token tiles, two CTAs an SM as well.
+        {"TMA stream-K, fp16 int4 zero points M = 64 (64-token tiles)",
+         with_override(fastest(node(4096, 14336), zp64), &PlanOverrides::prefill_stream_k, 1)},
+        {"TMA stream-K, paired gate/up int8 block 16 zero points M = 40",
+         with_override(fastest(test::marked(node(4096, 14336, 8, 16), kGateUpSwigluAttr), zp40),
                        &PlanOverrides::prefill_stream_k, 1)},
     };
     std::vector<std::pair<std::string, LaunchPlan>> plans;
@@ -873,7 +885,8 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TAIL_SPLIT: the whole wav
 }
 
 TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_STREAM_K: one CTA a slot sharing the 256-token tiles' k tiles "
-          "past M = 128 and the 128-token tiles' up to it, one weight set or the paired gate/up node")
+          "past M = 128, the 128-token tiles' up to it and the 64-token tiles' up to M = 64, one weight set or the "
+          "paired gate/up node")
 {
     auto streamed = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::prefill_stream_k, 1); };
     // Llama-3-8B up at M = 512: 224 tiles of 64 k tiles over the H200's 132 SMs, after a step that zeroes the
@@ -928,29 +941,39 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_STREAM_K: one CTA a slot 
     CHECK(entries(paired) == std::vector<std::string>{"nbits_zero_words", "nbits_prefill_gate_up_stream_k"});
     CHECK(test::kernel_step(paired, 1).config.grid == Dim3{132, 1, 1});
     CHECK(paired.scratch_bytes == up.scratch_bytes);
-    // M = 65..128: the 128-token tiles, two CTAs an SM (264 on the H200) without producer warps, a partial tile of
-    // 256 threads x 64 fp32 accumulators a CTA; also where NBITS_PREFILL_WGMMA_TILE_M=128 asks for them past M = 128.
-    const test::Problem up_128 = streamed(fastest(node(4096, 14336), rows(128)));
-    for (const LaunchPlan& plan :
-         {up_128.plan(), streamed(fastest(node(4096, 14336), rows(65))).plan(),
-          with_override(streamed(fastest(node(4096, 14336), rows(512))), &PlanOverrides::prefill_wgmma_tile_m, 128)
-              .plan(),
-          streamed(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(128))).plan()}) {
+    // Up to M = 128 the 64- and 128-token tiles, two CTAs an SM (264 on the H200) without producer warps, by the
+    // tensor memory accelerator (which the plan's own 64-token tiles do not take): a partial tile of 256 threads x
+    // tokens / 2 fp32 accumulators a CTA. The 128-token ones also where NBITS_PREFILL_WGMMA_TILE_M=128 asks for them
+    // past M = 128.
+    const NodeAttributes gate_up = test::marked(node(4096, 14336), kGateUpSwigluAttr);
+    const std::vector<std::pair<int, test::Problem>> two_an_sm = {
+        {128, streamed(fastest(node(4096, 14336), rows(128)))},
+        {128, streamed(fastest(node(4096, 14336), rows(65)))},
+        {128,
+         with_override(streamed(fastest(node(4096, 14336), rows(512))), &PlanOverrides::prefill_wgmma_tile_m, 128)},
+        {128, streamed(fastest(gate_up, rows(128)))},
+        {64, streamed(fastest(node(4096, 14336), rows(33)))},
+        {64, streamed(fastest(node(4096, 14336), rows(64)))},
+        {64, streamed(fastest(gate_up, rows(48)))},
+    };
+    for (const auto& [tokens, problem] : two_an_sm) {
+        const LaunchPlan plan = problem.plan();
         CAPTURE(plan.reason());
         CHECK(plan.variant == "nbits_prefill_wgmma");
         REQUIRE(plan.steps.size() == 2);
-        const KernelStep& tiles_128 = test::kernel_step(plan, 1);
-        CHECK(tiles_128.entry.find("_stream_k") != std::string::npos);
-        CHECK(tiles_128.config.grid == Dim3{264, 1, 1});
-        CHECK(tiles_128.config.block == Dim3{256, 1, 1});
-        CHECK(defines(tiles_128, "NBITS_TILE_M=128"));
-        CHECK(defines(tiles_128, "NBITS_MIN_CTAS=2"));
-        CHECK(defines(tiles_128, "NBITS_TMA=1"));
-        CHECK(!sets(tiles_128, "NBITS_PRODUCER_WARPS"));
-        CHECK(plan.scratch_bytes == std::vector<std::size_t>{264 * (256 * 64 * 4 + 4)});
+        const KernelStep& tiles = test::kernel_step(plan, 1);
+        CHECK(tiles.entry.find("_stream_k") != std::string::npos);
+        CHECK(tiles.config.grid == Dim3{264, 1, 1});
+        CHECK(tiles.config.block == Dim3{256, 1, 1});
+        CHECK(defines(tiles, "NBITS_TILE_M=" + std::to_string(tokens)));
+        CHECK(defines(tiles, "NBITS_MIN_CTAS=2"));
+        CHECK(defines(tiles, "NBITS_TMA=1"));
+        CHECK(!sets(tiles, "NBITS_PRODUCER_WARPS"));
+        const std::size_t partial = 256 * static_cast<std::size_t>(tokens / 2) * 4;
+        CHECK(plan.scratch_bytes == std::vector<std::size_t>{264 * (partial + 4)});
         CHECK(std::get<std::int32_t>(test::kernel_step(plan, 0).args[1]) == 264);
     }
-    // Not at M <= 64 (64-token tiles), where the tensor maps cannot describe the rows (K % 8 != 0), off sm_90,
+    // Not below the wgmma GEMM (M <= 32), where the tensor maps cannot describe the rows (K % 8 != 0), off sm_90,
     // nor with the override 0 or unset.
     auto no_stream = [](const test::Problem& p) {
         for (const std::string& name : entries(p.plan())) {
@@ -960,8 +983,9 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_STREAM_K: one CTA a slot 
         }
         return true;
     };
-    CHECK(no_stream(streamed(fastest(node(4096, 14336), rows(64)))));
+    CHECK(no_stream(streamed(fastest(node(4096, 14336), rows(32)))));
     CHECK(no_stream(streamed(fastest(node(4100, 14336), rows(512)))));
+    CHECK(no_stream(streamed(fastest(node(4100, 14336), rows(64)))));
     CHECK(no_stream(streamed(fastest(node(4100, 14336), rows(128)))));
     // Nor where its units would not count in 32 bits, as the kernel counts them: K = N = 2^20 at M = 4096 makes
     // 8192 column tiles x 16 token tiles x 16384 k tiles = 2^31 units; at M = 128, 2^27.
@@ -971,7 +995,7 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_STREAM_K: one CTA a slot 
     CHECK(no_stream(with_override(fastest(node(4096, 14336), rows(512)), &PlanOverrides::prefill_stream_k, 0)));
     CHECK(no_stream(fastest(node(4096, 14336), rows(512))));
     // Nor with the cp.async pipeline (NBITS_PREFILL_TMA=0), other producers or 256 weight rows asked for.
-    for (const std::size_t m : {128, 512}) {
+    for (const std::size_t m : {64, 128, 512}) {
         CAPTURE(m);
         const test::Problem p = streamed(fastest(node(4096, 14336), rows(m)));
         CHECK(no_stream(with_override(p, &PlanOverrides::prefill_tma, 0)));

@@ -802,8 +802,8 @@ TEST_CASE("the stream-K wgmma GEMM (NBITS_PREFILL_STREAM_K) meets the float64 or
     }
     const ScopedEnv stream_k(ops::kPrefillStreamKEnv, std::string("1"));
     // Every feature at one to three token tiles, the last one partial (K = 1000: a partial last k tile; K = 1003
-    // keeps its own plan, the tensor maps cannot describe its rows), on the 128-token tiles (M = 65 to 128: two
-    // CTAs an SM) and the 256-token ones. 6500 columns of K = 512 at M <= 256: 408 units (51 tiles of 8 k tiles),
+    // keeps its own plan, the tensor maps cannot describe its rows), on the 64- and 128-token tiles (M = 33 to 64
+    // and 65 to 128: two CTAs an SM) and the 256-token ones. 6500 columns of K = 512 at M <= 256: 408 units (51 tiles of 8 k tiles),
     // 3 or 4 a CTA of the H200's 132 (1.5 of its 264 at M <= 128), so that most tiles are summed from the
     // partials of two to six CTAs; 13000 columns at M = 520: 18.5 units a CTA, whole tiles between a first
     // partial and a last; K = 4096 over 2000 columns: a tile's 64 k tiles over 8 CTAs (16 at M = 100).
@@ -814,6 +814,9 @@ TEST_CASE("the stream-K wgmma GEMM (NBITS_PREFILL_STREAM_K) meets the float64 or
         }
     }
     for (const FastestCase& c : at_rows(wide_prefill_cases(), {80, 128, 65, 100})) {
+        nodes.push_back(c);
+    }
+    for (const FastestCase& c : at_rows(wide_prefill_cases(), {33, 64, 40, 48})) {
         nodes.push_back(c);
     }
     nodes.push_back(feature_case(DataType::Float16, 200, 4, 32, false, Bias::Plain, false, false, 2000, 4096));
@@ -844,14 +847,15 @@ TEST_CASE("stream-K grids on four caller streams at once, fewer of their CTAs re
     if (!runs_wgmma()) {
         return;
     }
-    // A CTA of the 256-token tiles fills an SM (two of the 128-token ones do), so four grids of a CTA a slot leave
-    // most CTAs of each waiting for one: a CTA that summed a tile while waiting for CTAs launched after it could
-    // wait forever. Tiles of 64 k tiles over 8 CTAs (16 on the 128-token tiles), and the paired node.
+    // A CTA of the 256-token tiles fills an SM (two of the 64- or 128-token ones do), so four grids of a CTA a slot
+    // leave most CTAs of each waiting for one: a CTA that summed a tile while waiting for CTAs launched after it
+    // could wait forever. Tiles of 64 k tiles over 8 CTAs (16 on the smaller tiles), and the paired node.
     const ScopedEnv stream_k(ops::kPrefillStreamKEnv, std::string("1"));
     const std::vector<FastestCase> nodes = {
         feature_case(DataType::BFloat16, 384, 4, 32, true, Bias::Plain, false, false, 2000, 4096),
         feature_case(DataType::Float16, 300, 4, 64, false, Bias::None, false, true, 1000, 4096),
-        feature_case(DataType::Float16, 100, 4, 32, true, Bias::Plain, false, false, 2000, 4096)};
+        feature_case(DataType::Float16, 100, 4, 32, true, Bias::Plain, false, false, 2000, 4096),
+        feature_case(DataType::BFloat16, 64, 8, 32, false, Bias::None, false, true, 1000, 4096)};
     CudaRuntime& runtime = matmul_gpu();
     std::uint64_t seed = 0x5743100000000000ull;
     for (const FastestCase& c : nodes) {
@@ -1184,6 +1188,8 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
     set.back().n = 3300;
     add(DataType::Float16, 100, 4, 32, false, Bias::Plain, false, false);  // the 128-token tiles
     set.back().n = 6500;
+    add(DataType::BFloat16, 48, 4, 64, true, Bias::None, false, true);  // the 64-token tiles
+    set.back().n = 3300;
     std::uint64_t seed = 0x5a17;
     for (std::size_t i = 0; i < set.size(); ++i) {
         const FastestCase& c = set[i];
