@@ -1139,6 +1139,17 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[kWgmmaAcc])
     for (int i = 0; i < kWgmmaAcc; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The first wgmma of a tile overwrites the accumulators (scale-d 0) rather than adding to zeros: ptxas serialises
+// the wgmmas of a loop whose accumulators another instruction defines, as zeroing them would. So they start
+// undefined, defined by no instruction.
+__device__ __forceinline__ void undefined_accumulators(float (&acc)[kWgmmaHalves][kWgmmaAcc])
+{
+#pragma unroll
+    for (int h = 0; h < kWgmmaHalves; ++h)
+#pragma unroll
+        for (int i = 0; i < kWgmmaAcc; ++i) asm volatile("" : "=f"(acc[h][i]));
+}
+
 // The dequantised pair t (k 2t, 2t + 1) of 8-k unit u of a weight row's stage
 // words; int8: `select` is the byte offset 2 (t & 1) of the pair in its word;
 // `step` is held_step().
@@ -1581,14 +1592,10 @@ template <bool kPaired>
 __device__ __forceinline__ void gemm_mainloop_wgmma(
     u8* smem, const act_t* __restrict__ a, const WeightSource<kPaired>& src, const int m, const int m0)
 {
-    // The first wgmma overwrites the accumulators (scale-d 0) rather than adding to zeros: ptxas serialises the
-    // wgmmas of a loop whose accumulators another instruction defines, as zeroing them would. So they start
-    // undefined, and a CTA without k tiles (split-K) zeroes them after the loop.
+    // Undefined until the first wgmma (undefined_accumulators); a CTA without k tiles (split-K) zeroes them after
+    // the loop.
     float acc[kWgmmaHalves][kWgmmaAcc];
-#pragma unroll
-    for (int h = 0; h < kWgmmaHalves; ++h)
-#pragma unroll
-        for (int i = 0; i < kWgmmaAcc; ++i) asm volatile("" : "=f"(acc[h][i]));
+    undefined_accumulators(acc);
 
     const int first = cta_k_tiles().first;
     const auto compute = [&](const int stage, const u32 stage_address, const int tile) {
@@ -2037,16 +2044,19 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
     const int cta = (int)blockIdx.x;
     const int begin = nbits_stream_k::first_unit(cta, (int)gridDim.x, seg.units);
     const int end = nbits_stream_k::first_unit(cta + 1, (int)gridDim.x, seg.units);
+    // Output tile t's first column of Y and first row (tile-major: a column tile's row tiles one after another).
+    const auto first_column = [&](const int tile) { return tile / m_tiles * kColumns; };
+    const auto first_row = [&](const int tile) { return tile % m_tiles * kTileM; };
     WeightSource<kPaired> weights = src;
     const auto place = [&](const int tile, const int k0, const int k1) {
         seg.tile = tile;
         seg.k0 = k0;
         seg.k1 = k1;
-        seg.n0 = seg.tile / m_tiles * kColumns;
-        seg.m0 = seg.tile % m_tiles * kTileM;
+        seg.n0 = first_column(tile);
+        seg.m0 = first_row(tile);
         weights.n0 = seg.n0;
     };
-    // Undefined until each segment's first wgmma overwrites them (see gemm_mainloop_wgmma).
+    // Undefined until each segment's first wgmma overwrites them (undefined_accumulators).
     float acc[kWgmmaHalves][kWgmmaAcc];
     const auto segment_done = [&] {
         wgmma_wait<0>();
@@ -2068,10 +2078,7 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
             set_max_registers<true, kLaunchRegisters>();
             return;
         }
-#pragma unroll
-        for (int h = 0; h < kWgmmaHalves; ++h)
-#pragma unroll
-            for (int i = 0; i < kWgmmaAcc; ++i) asm volatile("" : "=f"(acc[h][i]));
+        undefined_accumulators(acc);
         StageRing ring;
         StageRing released;
         released.stage = kStages - 2;
@@ -2094,8 +2101,8 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
             if (issued < end - begin) {
                 const nbits_stream_k::WalkItem item = nbits_stream_k::walk_item(begin, end, kTilesK, issued);
                 WeightSource<kPaired> item_src = src;
-                item_src.n0 = item.tile / m_tiles * kColumns;
-                const int m0 = item.tile % m_tiles * kTileM;
+                item_src.n0 = first_column(item.tile);
+                const int m0 = first_row(item.tile);
                 const StageLoader<kThreads, kPaired> loader(a, item_src, m, m0, (int)threadIdx.x);
                 loader.template load<true>(smem_base + stage * kStageBytes, smem + stage * kStageBytes, item.k);
                 if (threadIdx.x == 0) {
@@ -2109,10 +2116,7 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
         for (int s = 0; s < kCopiesAhead; ++s) {
             issue_next(s);
         }
-#pragma unroll
-        for (int h = 0; h < kWgmmaHalves; ++h)
-#pragma unroll
-            for (int i = 0; i < kWgmmaAcc; ++i) asm volatile("" : "=f"(acc[h][i]));
+        undefined_accumulators(acc);
         StageRing ring;  // the stage of the computed k tile and its full barrier's parity
         // Segment by segment, the epilogue after each one's k tiles as in the producers' pipeline: an epilogue
         // inside the k loop, on a branch, made ptxas serialise the wgmmas (its C7518 note).
