@@ -151,12 +151,14 @@ struct PlanOverrides {
     // decode kernel (M <= 16) or the 64-row tiles; 0: the plan's rule. Unset:
     // the plan's rule (the split measured no faster).
     std::optional<int> prefill_wide_split;
-    // 1: on sm_90 past M = 128, the wgmma GEMM's 256-token tiles fed by the
-    // tensor memory accelerator (one weight set or the paired gate/up node)
-    // run as a stream-K grid: one CTA an SM, sharing the output tiles' k
-    // tiles evenly, the tiles split between CTAs summed through fp32
-    // partials in scratch; also on nodes whose grid of whole tiles would not
-    // fill the device. 0: the plan's rule. Unset: the plan's rule.
+    // 1: on sm_90, wherever the wgmma GEMM runs (from M = 33; one weight set
+    // or the paired gate/up node), its tiles fed by the tensor memory
+    // accelerator run as a stream-K grid: one CTA a slot (64- and 128-token
+    // tiles two an SM up to M = 128, 256-token tiles one an SM past it),
+    // sharing the output tiles' k tiles evenly, the tiles split between CTAs
+    // summed through fp32 partials in scratch; also on nodes whose grid of
+    // whole tiles would not fill the device. 0: the plan's rule. Unset: the
+    // plan's rule.
     std::optional<int> prefill_stream_k;
     // Columns of the weights Fastest's dequantise + cuBLASLt route
     // dequantises and multiplies at a time (64..1048576, rounded down to

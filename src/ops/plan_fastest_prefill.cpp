@@ -423,18 +423,15 @@ bool stream_k_tall(const FastestRequest& fastest)
 
 // NBITS_PREFILL_STREAM_K=1 where the stream-K grid can take the node: sm_90, the wgmma GEMM's tiles of 128 weight
 // rows (not NBITS_PREFILL_WGMMA_TILE_N=256), rows the tensor maps describe and NBITS_PREFILL_TMA not 0: it takes
-// its k tiles by the tensor memory accelerator on every tile height. The tiles then take it whatever their count.
+// its k tiles by the tensor memory accelerator on every tile height (all of them within the maps' boxes, so the
+// node's rows decide). The tiles then take it whatever their count.
 bool stream_k_requested(const FastestRequest& fastest)
 {
     const Capabilities& device = fastest.request.context.capabilities;
     const PlanOverrides& overrides = fastest.request.context.overrides;
-    PrefillTiles tiles = stream_k_tall(fastest) ? kWgmmaTallTiles : kWgmmaTiles;
-    if (fastest.m <= kWgmmaSmallTileM) {
-        tiles.tile_m = static_cast<int>(kWgmmaSmallTileM);
-    }
     return overrides.prefill_stream_k == 1 && device.compute_major == 9 && device.compute_minor == 0 &&
            device.multiprocessor_count > 0 && overrides.prefill_wgmma_tile_n != 256 && overrides.prefill_tma != 0 &&
-           tma_describes(fastest, tiles);
+           tma_describes(fastest, kWgmmaTallTiles);
 }
 
 // The stream-K grid over `rows` rows: one CTA a slot (min_ctas an SM), no more than the units of work (an output
