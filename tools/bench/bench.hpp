@@ -134,7 +134,7 @@ struct OverrideSet {
     std::string label;
     std::map<std::string, std::string> variables;
 
-    // "NAME=VALUE,NAME=VALUE"
+    // "+LABEL: NAME=VALUE,NAME=VALUE beside the environment's overrides"
     std::string describe() const;
 };
 // Throws std::invalid_argument when the label or a variable is not one nbits

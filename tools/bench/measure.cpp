@@ -803,8 +803,7 @@ Report run_timing(const std::shared_ptr<CudaRuntime>& runtime, const BenchOption
                              report.device.multiprocessors, report.device.l2_bytes >> 20, shapes.size(),
                              configurations, options.path.describe(), report.seed);
     for (const OverrideSet& set : options.override_sets) {
-        std::cerr << fmt::format("nbits-bench: +{}: {} beside the environment's overrides\n", set.label,
-                                 set.describe());
+        std::cerr << "nbits-bench: " << set.describe() << "\n";
     }
     if (prefill_rows > 0) {
         std::cerr << fmt::format(
@@ -1109,7 +1108,7 @@ std::string render_plans(const BenchOptions& options, int& failed)
     JsonWriter writer;
     std::string text = fmt::format("nbits-bench --plan on {}, path {}\n", device, options.path.describe());
     for (const OverrideSet& set : options.override_sets) {
-        text += fmt::format("+{}: {} beside the environment's overrides\n", set.label, set.describe());
+        text += set.describe() + "\n";
     }
     text += "\n";
     if (json) {

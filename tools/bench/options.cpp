@@ -317,11 +317,11 @@ std::string PathConfig::describe() const
 
 std::string OverrideSet::describe() const
 {
-    std::string text;
+    std::string assignments;
     for (const auto& [name, value] : variables) {
-        text += fmt::format("{}{}={}", text.empty() ? "" : ",", name, value);
+        assignments += fmt::format("{}{}={}", assignments.empty() ? "" : ",", name, value);
     }
-    return text;
+    return fmt::format("+{}: {} beside the environment's overrides", label, assignments);
 }
 
 OverrideSet parse_override_set(std::string_view spec)

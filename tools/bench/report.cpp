@@ -84,7 +84,7 @@ std::string policies_text(const Report& report)
         text += (text.empty() ? "" : ",") + std::string(to_string(policy));
     }
     for (const OverrideSet& set : report.override_sets) {
-        text += fmt::format("\n+{}: {} beside the environment's overrides", set.label, set.describe());
+        text += "\n" + set.describe();
     }
     return text;
 }
