@@ -387,14 +387,8 @@ std::optional<int> wgmma_tile_m_override(const FastestRequest& fastest)
     return tokens == 128 || tokens == 256 ? tokens : std::nullopt;
 }
 
-// Whether the wgmma GEMM takes its k tiles by the tensor memory accelerator: where the tensor maps can describe A and
-// the weights (tma_describes: rows of whole 16 bytes, K % 8 == 0), on the tiles of 128 and 256 tokens by 128 weight
-// rows unless NBITS_PREFILL_TMA=0, on the others where NBITS_PREFILL_TMA=1. On the H200 (nbits-bench, fp16 int4 block
-// 32, one call on dbf76f6, cp.async against TMA, us): 128-token tiles Llama-3-8B up M = 128 41.87 -> 36.61, M = 256
-// 67.81 -> 58.00, M = 512 132.59 -> 114.66, Qwen2.5-7B up 58.80 / 88.64 / 140.37 -> 50.93 / 83.20 / 129.74, Llama-3-70B
-// up 133.70 / 256.96 / 448.18 -> 114.82 / 218.70 / 430.24, the paired Llama-3-8B gate/up M = 512 / 1024 240.70 / 463.58
-// -> 215.15 / 407.18; the 64-token tiles (one producer warp) slower at M = 40 and 64 (8B up 30.80 / 31.31 -> 34.43 /
-// 35.14, Llama-3-70B up 107.49 / 101.41 -> 112.22 / 112.42).
+// Whether the tensor maps can describe A and the weights of these tiles: rows of whole 16 bytes (K % 8 == 0, each
+// weight row's blobs a multiple of 16 bytes) and tiles within the maps' 256-element boxes.
 bool tma_describes(const FastestRequest& fastest, const PrefillTiles& tiles)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
@@ -402,6 +396,14 @@ bool tma_describes(const FastestRequest& fastest, const PrefillTiles& tiles)
            tiles.tile_n <= 256;
 }
 
+// Whether the wgmma GEMM takes its k tiles by the tensor memory accelerator: where the tensor maps describe A and the
+// weights (tma_describes), on the tiles of 128 and 256 tokens by 128 weight
+// rows unless NBITS_PREFILL_TMA=0, on the others where NBITS_PREFILL_TMA=1. On the H200 (nbits-bench, fp16 int4 block
+// 32, one call on dbf76f6, cp.async against TMA, us): 128-token tiles Llama-3-8B up M = 128 41.87 -> 36.61, M = 256
+// 67.81 -> 58.00, M = 512 132.59 -> 114.66, Qwen2.5-7B up 58.80 / 88.64 / 140.37 -> 50.93 / 83.20 / 129.74, Llama-3-70B
+// up 133.70 / 256.96 / 448.18 -> 114.82 / 218.70 / 430.24, the paired Llama-3-8B gate/up M = 512 / 1024 240.70 / 463.58
+// -> 215.15 / 407.18; the 64-token tiles (one producer warp) slower at M = 40 and 64 (8B up 30.80 / 31.31 -> 34.43 /
+// 35.14, Llama-3-70B up 107.49 / 101.41 -> 112.22 / 112.42).
 bool tma_feeds(const FastestRequest& fastest, const PrefillTiles& tiles)
 {
     const std::optional<int> forced = fastest.request.context.overrides.prefill_tma;

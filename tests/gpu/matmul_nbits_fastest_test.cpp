@@ -803,10 +803,10 @@ TEST_CASE("the stream-K wgmma GEMM (NBITS_PREFILL_STREAM_K) meets the float64 or
     const ScopedEnv stream_k(ops::kPrefillStreamKEnv, std::string("1"));
     // Every feature at one to three token tiles, the last one partial (K = 1000: a partial last k tile; K = 1003
     // keeps its own plan, the tensor maps cannot describe its rows), on the 64- and 128-token tiles (M = 33 to 64
-    // and 65 to 128: two CTAs an SM) and the 256-token ones. 6500 columns of K = 512 at M <= 256: 408 units (51 tiles of 8 k tiles),
-    // 3 or 4 a CTA of the H200's 132 (1.5 of its 264 at M <= 128), so that most tiles are summed from the
-    // partials of two to six CTAs; 13000 columns at M = 520: 18.5 units a CTA, whole tiles between a first
-    // partial and a last; K = 4096 over 2000 columns: a tile's 64 k tiles over 8 CTAs (16 at M = 100).
+    // and 65 to 128: two CTAs an SM) and the 256-token ones. 6500 columns of K = 512 at M <= 256: 408 units (51
+    // tiles of 8 k tiles), 3 or 4 a CTA of the H200's 132 (1.5 of its 264 at M <= 128), so that most tiles are
+    // summed from the partials of two to six CTAs; 13000 columns at M = 520: 18.5 units a CTA, whole tiles between
+    // a first partial and a last; K = 4096 over 2000 columns: a tile's 64 k tiles over 8 CTAs (16 at M = 100).
     std::vector<FastestCase> nodes = at_rows(wide_prefill_cases(), {129, 256, 300, 520});
     for (std::size_t i = 0; i < nodes.size(); ++i) {
         if (nodes[i].m == 520) {
