@@ -2289,7 +2289,8 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) nbit
     float* __restrict__ partials,         // align 16
     u32* __restrict__ flags)              // align 4
 {
-    if constexpr (kStreamK) {
+    // A paired node has no bias: a source compiled whole for a biased node holds this entry but never launches it.
+    if constexpr (kStreamK && kBiasMode == 0) {
         extern __shared__ __align__(16) u8 nbits_prefill_smem[];
         u8* const smem = stage_memory(nbits_prefill_smem);
         stream_k_gemm(smem, a,
