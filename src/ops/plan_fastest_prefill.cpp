@@ -423,17 +423,66 @@ bool stream_k_tall(const FastestRequest& fastest)
     return fastest.m > kWgmmaTallMinM ? tokens != 128 : fastest.m > kWgmmaSmallTileM && tokens == 256;
 }
 
-// NBITS_PREFILL_STREAM_K=1 where the stream-K grid can take the node: sm_90, the wgmma GEMM's tiles of 128 weight
-// rows (not NBITS_PREFILL_WGMMA_TILE_N=256), rows the tensor maps describe and NBITS_PREFILL_TMA not 0: it takes
-// its k tiles by the tensor memory accelerator on every tile height (all of them within the maps' boxes, so the
-// node's rows decide). The tiles then take it whatever their count.
-bool stream_k_requested(const FastestRequest& fastest)
+// Whether the stream-K grid can take the node: sm_90, the wgmma GEMM's tiles of 128 weight rows (not
+// NBITS_PREFILL_WGMMA_TILE_N=256), rows the tensor maps describe and NBITS_PREFILL_TMA not 0: it takes its k tiles
+// by the tensor memory accelerator on every tile height (all of them within the maps' boxes, so the node's rows
+// decide).
+bool stream_k_fits(const FastestRequest& fastest)
 {
     const Capabilities& device = fastest.request.context.capabilities;
     const PlanOverrides& overrides = fastest.request.context.overrides;
-    return overrides.prefill_stream_k == 1 && device.compute_major == 9 && device.compute_minor == 0 &&
-           device.multiprocessor_count > 0 && overrides.prefill_wgmma_tile_n != 256 && overrides.prefill_tma != 0 &&
+    return device.compute_major == 9 && device.compute_minor == 0 && device.multiprocessor_count > 0 &&
+           overrides.prefill_wgmma_tile_n != 256 && overrides.prefill_tma != 0 &&
            tma_describes(fastest, kWgmmaTallTiles);
+}
+
+PrefillTiles wgmma_tiles(const FastestRequest& fastest, bool stream_k);
+bool wgmma_grid_taken(const FastestRequest& fastest, const PrefillTiles& tiles);
+
+// Where the plan takes the stream-K grid unasked: one weight set, 128 < M <= 512 in 256-token tiles at least three
+// quarters full (or K of 8192 and more, whose many k tiles a tile the grid spreads best), and a grid of whole tiles
+// that either leaves the node to dequantise + cuBLASLt (fewer tiles than three quarters of the SMs) or ends in a
+// wave at most a quarter full. On the H100 (nbits-bench, int4 block 32, one call on 8ff898a, planned against
+// NBITS_PREFILL_STREAM_K=1, us): dequantised against the grid, fp16 Llama-3-8B down M = 129 / 192 / 256 / 512
+// 122.03 / 128.00 / 133.60 / 172.59 -> 64.72 / 60.05 / 59.84 / 94.96, qkv M = 192 / 256 / 512 51.66 / 52.24 / 62.50
+// -> 40.77 / 36.05 / 51.78, o M = 256 / 512 37.12 / 44.50 -> 32.19 / 39.90, bf16 Qwen2.5-7B qkv M = 256 / 512 34.90 /
+// 42.78 -> 31.87 / 40.24; whole tiles against the grid, bf16 Qwen2.5-7B up (148 column tiles) M = 256 / 512 79.39 /
+// 118.30 -> 67.54 / 116.45. Slower: tiles half empty (Qwen2.5-7B up M = 129 81.06 -> 84.27, 8B o 35.60 -> 38.51),
+// past M = 512 (Qwen2.5-7B qkv M = 1024 / 2048 61.44 / 100.98 -> 63.18 / 112.35), last waves fuller (Llama-3-8B up,
+// 112 tiles, M = 256 47.10 -> 61.18; Llama-3-70B up, 224, 166.75 -> 179.84), and the 64- and 128-token tiles of
+// M <= 128 on every node but Qwen2.5-7B up and 8B down at M = 48 / 64 (8B up M = 128 39.17 -> 53.14).
+bool stream_k_measured(const FastestRequest& fastest)
+{
+    constexpr std::size_t kStreamKMaxM = 512;
+    constexpr std::size_t kStreamKDeepK = 8192;
+    const std::size_t m = fastest.m;
+    if (fastest.up != nullptr || m <= kWgmmaTallMinM || m > kStreamKMaxM ||
+        wgmma_tile_m_override(fastest).has_value()) {
+        return false;
+    }
+    const std::size_t padded = div_ceil(m, std::size_t{256}) * 256;
+    if (4 * m < 3 * padded && fastest.request.config.k < kStreamKDeepK) {
+        return false;
+    }
+    const PrefillTiles tiles = wgmma_tiles(fastest, false);
+    if (!wgmma_grid_taken(fastest, tiles)) {
+        return true;
+    }
+    const std::size_t slots =
+        static_cast<std::size_t>(tiles.min_ctas) * fastest.request.context.capabilities.multiprocessor_count;
+    const std::size_t ctas = prefill_ctas(fastest, tiles);
+    return tiles.tile_m == 256 && ctas > slots && 4 * (ctas % slots) <= slots;
+}
+
+// NBITS_PREFILL_STREAM_K=1 wherever the grid fits the node (the tiles then take it whatever their count), unset
+// where stream_k_measured, 0 nowhere.
+bool stream_k_requested(const FastestRequest& fastest)
+{
+    const std::optional<int> forced = fastest.request.context.overrides.prefill_stream_k;
+    if (!stream_k_fits(fastest) || forced == 0) {
+        return false;
+    }
+    return forced == 1 || stream_k_measured(fastest);
 }
 
 // The stream-K grid over `rows` rows: one CTA a slot (min_ctas an SM), no more than the units of work (an output
@@ -488,11 +537,10 @@ bool wgmma_grid_fills(const FastestRequest& fastest, const PrefillTiles& tiles, 
 // 46.11, M = 512 114.66 -> 88.78 (cuBLASLt dense 85.95), Qwen2.5-7B up 83.20 / 129.74 -> 79.49 / 118.32,
 // Llama-3-70B up 218.70 / 430.24 -> 167.55 / 339.58, the paired Llama-3-8B gate/up M = 512 / 1024 215.15 / 407.18
 // -> 189.22 / 327.33; at M = 128 slower (8B up 36.61 -> 56.77: half of each tile empty).
-PrefillTiles wgmma_tiles(const FastestRequest& fastest)
+PrefillTiles wgmma_tiles(const FastestRequest& fastest, const bool stream_k)
 {
     PrefillTiles tiles = kWgmmaTiles;
     const PlanOverrides& overrides = fastest.request.context.overrides;
-    const bool stream_k = stream_k_requested(fastest);
     if (fastest.m <= kWgmmaSmallTileM) {
         tiles.tile_m = static_cast<int>(kWgmmaSmallTileM);
     } else if (overrides.prefill_wgmma_tile_n == 256) {
@@ -536,6 +584,12 @@ PrefillTiles wgmma_tiles(const FastestRequest& fastest)
                       (tiles.tile_m <= 128 && tiles.producer_warps == 0)) &&
                      stream_k_units_fit(fastest, tiles);
     return tiles;
+}
+
+// The wgmma GEMM's tiles as planned (a stream-K grid where stream_k_requested).
+PrefillTiles wgmma_tiles(const FastestRequest& fastest)
+{
+    return wgmma_tiles(fastest, stream_k_requested(fastest));
 }
 
 // Columns per dequantised chunk: whole cuBLASLt tiles of 64 where they fit,
@@ -930,6 +984,13 @@ bool wgmma_prefill(const FastestRequest& fastest)
     if (tiles.stream_k) {
         return stream_k_ctas(fastest, tiles, fastest.m) >= device.multiprocessor_count;  // every SM takes work
     }
+    return wgmma_grid_taken(fastest, tiles);
+}
+
+// Whether the wgmma GEMM's grid of whole `tiles` (no stream-K grid) takes a node wgmma_prefill admits.
+bool wgmma_grid_taken(const FastestRequest& fastest, const PrefillTiles& tiles)
+{
+    const Capabilities& device = fastest.request.context.capabilities;
     const bool overridden = wgmma_tile_m_override(fastest).has_value();
     const bool wide_tall = tiles.tile_m == 256 && tiles.tma &&
                            4 * prefill_column_tiles(fastest, tiles) >= 3 * device.multiprocessor_count;

@@ -46,6 +46,12 @@ test::Problem with_override(test::Problem p, std::optional<int> PlanOverrides::*
     return p;
 }
 
+// `p` planned with grids of whole tiles only (NBITS_PREFILL_STREAM_K=0).
+test::Problem without_stream_k(test::Problem p)
+{
+    return with_override(std::move(p), &PlanOverrides::prefill_stream_k, 0);
+}
+
 test::Shapes rows(std::size_t m, DataType activation = DataType::Float16)
 {
     test::Shapes shapes;
@@ -224,13 +230,17 @@ TEST_CASE("Fastest prefill on sm_90: the tensor memory accelerator feeds the wgm
     test::Shapes zp = rows(512, DataType::BFloat16);
     zp.zero_points = true;
     CHECK(tiles_of(fastest(node(4096, 14336, 8, 128), zp)) == Tiles{"nbits_prefill_gemm_tma", 256, true, wgmma});
-    // Llama-3-8B qkv (48 column tiles): at M = 256 neither grid fills the device (dequantise + cuBLASLt); at
-    // M = 512 the 128-token grid alone would (192 CTAs) but is short of the slots; past M = 512 the bound stands
-    // for a node whose row of tiles covers less than three quarters of the SMs.
-    CHECK(tiles_of(fastest(node(4096, 6144), rows(256))).variant == "nbits_prefill_dequantize_cublaslt");
+    // Llama-3-8B qkv (48 column tiles): at M = 256 neither grid of whole tiles fills the device (dequantise +
+    // cuBLASLt, where the stream-K grid does not take it); at M = 512 the 128-token grid alone would (192 CTAs) but
+    // is short of the slots; past M = 512 the bound stands for a node whose row of tiles covers less than three
+    // quarters of the SMs.
+    CHECK(tiles_of(without_stream_k(fastest(node(4096, 6144), rows(256)))).variant ==
+          "nbits_prefill_dequantize_cublaslt");
     // Nor does a grid that fills it only with K split (Llama-3-8B o at M = 256: 32 column tiles split 4).
-    CHECK(tiles_of(fastest(node(4096, 4096), rows(256))).variant == "nbits_prefill_dequantize_cublaslt");
-    CHECK(tiles_of(fastest(node(4096, 6144), rows(512))).variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(tiles_of(without_stream_k(fastest(node(4096, 4096), rows(256)))).variant ==
+          "nbits_prefill_dequantize_cublaslt");
+    CHECK(tiles_of(without_stream_k(fastest(node(4096, 6144), rows(512)))).variant ==
+          "nbits_prefill_dequantize_cublaslt");
     CHECK(tiles_of(fastest(node(4096, 6144), rows(2048))).variant == "nbits_prefill_dequantize_cublaslt");
     // Llama-3-70B qkv (80 column tiles, 0.6 of the SMs) too; Qwen2.5-7B up (148) takes them at any M.
     CHECK(tiles_of(fastest(node(8192, 10240), rows(1024))).variant == "nbits_prefill_dequantize_cublaslt");
@@ -822,7 +832,9 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_WGMMA_TILE_M: 128 or 256 
 
 TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TAIL_SPLIT: the whole waves of tiles, then the rest with K split")
 {
-    auto tail = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::prefill_tail_split, 1); };
+    auto tail = [](test::Problem p) {
+        return with_override(without_stream_k(std::move(p)), &PlanOverrides::prefill_tail_split, 1);
+    };
     // Column tiles of each fused GEMM launch, its split and its first column tile.
     struct Launch {
         std::uint32_t column_tiles;
@@ -937,7 +949,7 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_STREAM_K: one CTA a slot 
         CHECK(entries(plan) == std::vector<std::string>{"nbits_zero_words", "nbits_prefill_gemm_stream_k"});
         CHECK(test::kernel_step(plan, 1).config.grid == Dim3{132, 1, 1});
     }
-    CHECK(fastest(node(4096, 4096), rows(256)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(without_stream_k(fastest(node(4096, 4096), rows(256))).plan().variant == "nbits_prefill_dequantize_cublaslt");
     // A grid of fewer units than SMs takes one CTA a unit: 1 column tile of K = 512 (8 k tiles) stays off it.
     CHECK(streamed(fastest(node(512, 128), rows(256))).plan().variant != "nbits_prefill_wgmma");
     // The paired gate/up node: 64 columns of Y a tile (the gate and up rows of each), Llama-3-8B at M = 512 224
@@ -1008,6 +1020,64 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_STREAM_K: one CTA a slot 
         CHECK(no_stream(with_override(p, &PlanOverrides::prefill_producer_warps, 1)));
         CHECK(no_stream(with_override(p, &PlanOverrides::prefill_wgmma_tile_n, 256)));
     }
+}
+
+TEST_CASE("Fastest prefill on sm_90 takes the stream-K grid unasked for one weight set at M = 129..512 where whole "
+          "tiles leave the node to dequantise + cuBLASLt or end in a wave at most a quarter full")
+{
+    const auto streamed = [](const test::Problem& p) {
+        const LaunchPlan plan = p.plan();
+        return plan.variant == "nbits_prefill_wgmma" &&
+               entries(plan) == std::vector<std::string>{"nbits_zero_words", "nbits_prefill_gemm_stream_k"};
+    };
+    struct Node {
+        const char* name;
+        std::size_t k;
+        std::size_t n;
+    };
+    const Node down{"Llama-3-8B down", 14336, 4096};
+    const Node qkv{"Llama-3-8B qkv", 4096, 6144};
+    const Node o{"Llama-3-8B o", 4096, 4096};
+    const Node qwen_qkv{"Qwen2.5-7B qkv", 3584, 4608};
+    const Node qwen_up{"Qwen2.5-7B up", 3584, 18944};
+    const Node up{"Llama-3-8B up", 4096, 14336};
+    const Node big_up{"Llama-3-70B up", 8192, 28672};
+    // The rows measured faster on the grid, fp16 and bf16, a bias and zero points alike.
+    const std::vector<std::pair<Node, std::size_t>> taken = {
+        {down, 129}, {down, 192}, {down, 256}, {down, 512}, {qkv, 192},     {qkv, 256},     {qkv, 512},
+        {o, 256},    {o, 512},    {qwen_qkv, 256},          {qwen_qkv, 512}, {qwen_up, 256}, {qwen_up, 512}};
+    for (const auto& [at, m] : taken) {
+        CAPTURE(at.name);
+        CAPTURE(m);
+        CHECK(streamed(fastest(node(at.k, at.n), rows(m))));
+        test::Shapes features = rows(m, DataType::BFloat16);
+        features.zero_points = true;
+        features.bias = true;
+        CHECK(streamed(fastest(node(at.k, at.n), features)));
+        // NBITS_PREFILL_STREAM_K=0 keeps whole tiles: dequantise + cuBLASLt, or Qwen2.5-7B up's 148 column tiles.
+        const LaunchPlan whole = without_stream_k(fastest(node(at.k, at.n), rows(m))).plan();
+        CHECK(whole.variant == (at.n == qwen_up.n ? "nbits_prefill_wgmma" : "nbits_prefill_dequantize_cublaslt"));
+    }
+    // The rows measured slower: token tiles half empty at K < 8192, past M = 512, last waves fuller (8B up: 112
+    // column tiles, one wave of 0.85; 70B up: 224, a last wave of 0.7), and the 64- and 128-token tiles.
+    const std::vector<std::pair<Node, std::size_t>> kept = {
+        {qwen_up, 129}, {o, 129},       {qwen_qkv, 129}, {qwen_qkv, 1024}, {down, 2048}, {up, 256},  {up, 512},
+        {big_up, 256},  {big_up, 512},  {up, 128},       {qwen_up, 48},    {down, 64},   {qkv, 96}};
+    for (const auto& [at, m] : kept) {
+        CAPTURE(at.name);
+        CAPTURE(m);
+        CHECK_FALSE(streamed(fastest(node(at.k, at.n), rows(m))));
+    }
+    // Nor the paired gate/up node, a node the tensor maps cannot describe (K % 8 != 0), NBITS_PREFILL_TMA=0,
+    // NBITS_PREFILL_WGMMA_TILE_M or _TILE_N, or a GPU other than sm_90.
+    const test::Problem paired = fastest(test::marked(node(3584, 18944), kGateUpSwigluAttr), rows(256));
+    CHECK(entries(paired.plan()) == std::vector<std::string>{"nbits_prefill_gate_up_tma"});
+    CHECK_FALSE(streamed(fastest(node(14332, 4096), rows(256))));
+    CHECK_FALSE(streamed(without_tma(node(14336, 4096), rows(256))));
+    const test::Problem down_256 = fastest(node(14336, 4096), rows(256));
+    CHECK_FALSE(streamed(with_override(down_256, &PlanOverrides::prefill_wgmma_tile_m, 256)));
+    CHECK_FALSE(streamed(with_override(down_256, &PlanOverrides::prefill_wgmma_tile_n, 256)));
+    CHECK_FALSE(streamed(fastest(node(14336, 4096), rows(256), Capabilities::a100())));
 }
 
 TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TMA: the copies' issuers and tensor maps of A and the weights")
@@ -1326,7 +1396,7 @@ TEST_CASE("Fastest takes bf16 activations, with bf16 or fp32 scales")
     shapes.scales = DataType::Float16;
     CHECK(test::error_message(fastest(node(4096, 4096), shapes)) ==
           test::prefixed("scales must have dtype BFloat16 or Float32 for BFloat16 activations, got Float16"));
-    const LaunchPlan large = fastest(node(4096, 4096), rows(512, DataType::BFloat16)).plan();
+    const LaunchPlan large = fastest(node(4096, 4096), rows(1024, DataType::BFloat16)).plan();
     CHECK(std::get<GemmStep>(large.steps[1]).dtype == DataType::BFloat16);
 }
 

@@ -142,14 +142,19 @@ TEST_CASE("a prefill too long for one plan's launches is refused or left to the 
 TEST_CASE("a K whose weight chunk outgrows Fastest's scratch budget leaves the node to the original's path")
 {
     // Found by the planner fuzzer: at K = 2^30 one 64-column chunk is 128 GiB, and Fastest refused a node the
-    // original plans (device memory exceeded) instead of handing it over.
+    // original plans (device memory exceeded) instead of handing it over. One weight set takes the stream-K grid,
+    // which needs no chunk, unless NBITS_PREFILL_STREAM_K=0.
     const std::size_t k = std::size_t{1} << 30;
     for (const NodeAttributes& attributes : {node(k, 256), test::marked(node(k, 256), kGateUpSwigluAttr)}) {
-        test::Problem p = problem(attributes, f16(300));
-        p.context.capabilities.total_memory_bytes = std::uint64_t{12} << 30;
-        const std::string original = p.plan().variant;
-        p.context.policy = KernelPolicy::Fastest;
-        CHECK(p.plan().variant == original);
+        for (const std::optional<int> stream_k : {std::optional<int>{}, std::optional<int>{0}}) {
+            test::Problem p = problem(attributes, f16(300));
+            p.context.capabilities.total_memory_bytes = std::uint64_t{12} << 30;
+            p.context.overrides.prefill_stream_k = stream_k;
+            const std::string original = p.plan().variant;
+            p.context.policy = KernelPolicy::Fastest;
+            const bool streamed = !stream_k && !attributes.has(kGateUpSwigluAttr);
+            CHECK(p.plan().variant == (streamed ? "nbits_prefill_wgmma" : original));
+        }
     }
 }
 
