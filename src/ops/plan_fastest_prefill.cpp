@@ -439,29 +439,33 @@ bool stream_k_fits(const FastestRequest& fastest)
 PrefillTiles wgmma_tiles(const FastestRequest& fastest, bool stream_k);
 bool wgmma_grid_taken(const FastestRequest& fastest, const PrefillTiles& tiles);
 
-// Where the plan takes the stream-K grid unasked: one weight set, 128 < M <= 512 in 256-token tiles at least three
-// quarters full (or K of 8192 and more, whose many k tiles a tile the grid spreads best), and a grid of whole tiles
-// that either leaves the node to dequantise + cuBLASLt (fewer tiles than three quarters of the SMs) or ends in a
-// wave at most a quarter full. On the H100 (nbits-bench, int4 block 32, one call on 8ff898a, planned against
-// NBITS_PREFILL_STREAM_K=1, us): dequantised against the grid, fp16 Llama-3-8B down M = 129 / 192 / 256 / 512
-// 122.03 / 128.00 / 133.60 / 172.59 -> 64.72 / 60.05 / 59.84 / 94.96, qkv M = 192 / 256 / 512 51.66 / 52.24 / 62.50
-// -> 40.77 / 36.05 / 51.78, o M = 256 / 512 37.12 / 44.50 -> 32.19 / 39.90, bf16 Qwen2.5-7B qkv M = 256 / 512 34.90 /
-// 42.78 -> 31.87 / 40.24; whole tiles against the grid, bf16 Qwen2.5-7B up (148 column tiles) M = 256 / 512 79.39 /
-// 118.30 -> 67.54 / 116.45. Slower: tiles half empty (Qwen2.5-7B up M = 129 81.06 -> 84.27, 8B o 35.60 -> 38.51),
-// past M = 512 (Qwen2.5-7B qkv M = 1024 / 2048 61.44 / 100.98 -> 63.18 / 112.35), last waves fuller (Llama-3-8B up,
-// 112 tiles, M = 256 47.10 -> 61.18; Llama-3-70B up, 224, 166.75 -> 179.84), and the 64- and 128-token tiles of
-// M <= 128 on every node but Qwen2.5-7B up and 8B down at M = 48 / 64 (8B up M = 128 39.17 -> 53.14).
+// Where the plan takes the stream-K grid unasked: one weight set past M = 128 whose grid of whole tiles either
+// leaves it to dequantise + cuBLASLt (fewer tiles than three quarters of the SMs) or ends in a wave at most a
+// quarter full, up to M = 512 where the last 256-token tile is at least three quarters full, and up to M = 1024
+// at any fill where K is 8192 or more (many k tiles a tile for the grid to spread). On the H100 (nbits-bench, fp16
+// int4 block 32, one call on f5b9070, whole tiles (NBITS_PREFILL_STREAM_K=0) against the grid, us): Llama-3-8B down
+// M = 129 / 192 / 256 / 384 / 512 / 1024 122.00 / 128.66 / 132.32 / 154.32 / 171.02 / 207.22 -> 64.06 / 60.06 /
+// 59.07 / 101.98 / 94.29 / 170.91, qkv M = 192 / 256 / 512 53.68 / 52.56 / 62.51 -> 40.69 / 35.42 / 51.23, o M =
+// 256 / 512 37.74 / 43.81 -> 32.05 / 40.53, Qwen2.5-7B qkv M = 192 / 256 / 512 37.54 / 34.70 / 43.39 -> 33.92 /
+// 31.73 / 39.68, Qwen2.5-7B up (148 column tiles) M = 192 / 256 / 512 78.10 / 79.74 / 118.74 -> 68.19 / 67.06 /
+// 116.19 (bf16 alike). Slower: 8B o at M = 192 35.52 -> 37.28; a last tile half empty (M = 384: Qwen2.5-7B qkv
+// 42.94 -> 46.90, up 120.98 -> 137.25, 8B qkv 57.25 -> 59.65, o 40.03 -> 49.86; M = 129: Qwen2.5-7B up 81.12 ->
+// 85.36, 8B o 35.90 -> 39.90), past M = 512 at K < 8192 (Qwen2.5-7B up M = 1024 195.84 -> 210.30), fuller last
+// waves (Llama-3-8B up, 112 column tiles, M = 256 46.38 -> 59.10; Llama-3-70B up, 224, 167.70 -> 177.62), and the
+// 64- and 128-token tiles of M <= 128 (one call on 8ff898a: 8B up M = 128 39.17 -> 53.14).
 bool stream_k_measured(const FastestRequest& fastest)
 {
     constexpr std::size_t kStreamKMaxM = 512;
+    constexpr std::size_t kStreamKDeepMaxM = 1024;
     constexpr std::size_t kStreamKDeepK = 8192;
     const std::size_t m = fastest.m;
-    if (fastest.up != nullptr || m <= kWgmmaTallMinM || m > kStreamKMaxM ||
+    const bool deep = fastest.request.config.k >= kStreamKDeepK;
+    if (fastest.up != nullptr || m <= kWgmmaTallMinM || m > (deep ? kStreamKDeepMaxM : kStreamKMaxM) ||
         wgmma_tile_m_override(fastest).has_value()) {
         return false;
     }
-    const std::size_t padded = div_ceil(m, std::size_t{256}) * 256;
-    if (4 * m < 3 * padded && fastest.request.config.k < kStreamKDeepK) {
+    const std::size_t last_tile_rows = m % 256 == 0 ? 256 : m % 256;
+    if (!deep && 4 * last_tile_rows < 3 * 256) {
         return false;
     }
     const PrefillTiles tiles = wgmma_tiles(fastest, false);

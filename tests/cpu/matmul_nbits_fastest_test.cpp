@@ -1022,7 +1022,7 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_STREAM_K: one CTA a slot 
     }
 }
 
-TEST_CASE("Fastest prefill on sm_90 takes the stream-K grid unasked for one weight set at M = 129..512 where whole "
+TEST_CASE("Fastest prefill on sm_90 takes the stream-K grid unasked for one weight set past M = 128 where whole "
           "tiles leave the node to dequantise + cuBLASLt or end in a wave at most a quarter full")
 {
     const auto streamed = [](const test::Problem& p) {
@@ -1044,8 +1044,9 @@ TEST_CASE("Fastest prefill on sm_90 takes the stream-K grid unasked for one weig
     const Node big_up{"Llama-3-70B up", 8192, 28672};
     // The rows measured faster on the grid, fp16 and bf16, a bias and zero points alike.
     const std::vector<std::pair<Node, std::size_t>> taken = {
-        {down, 129}, {down, 192}, {down, 256}, {down, 512}, {qkv, 192},     {qkv, 256},     {qkv, 512},
-        {o, 256},    {o, 512},    {qwen_qkv, 256},          {qwen_qkv, 512}, {qwen_up, 256}, {qwen_up, 512}};
+        {down, 129}, {down, 192},     {down, 256},     {down, 384},     {down, 512},    {down, 1024},
+        {qkv, 192},  {qkv, 256},      {qkv, 512},      {o, 256},        {o, 512},       {qwen_qkv, 192},
+        {qwen_qkv, 256}, {qwen_qkv, 512}, {qwen_up, 192}, {qwen_up, 256}, {qwen_up, 512}};
     for (const auto& [at, m] : taken) {
         CAPTURE(at.name);
         CAPTURE(m);
@@ -1058,11 +1059,13 @@ TEST_CASE("Fastest prefill on sm_90 takes the stream-K grid unasked for one weig
         const LaunchPlan whole = without_stream_k(fastest(node(at.k, at.n), rows(m))).plan();
         CHECK(whole.variant == (at.n == qwen_up.n ? "nbits_prefill_wgmma" : "nbits_prefill_dequantize_cublaslt"));
     }
-    // The rows measured slower: token tiles half empty at K < 8192, past M = 512, last waves fuller (8B up: 112
-    // column tiles, one wave of 0.85; 70B up: 224, a last wave of 0.7), and the 64- and 128-token tiles.
+    // The rows measured slower: a last token tile half empty at K < 8192, past M = 512 (1024 at K >= 8192), last
+    // waves fuller (8B up: 112 column tiles, one wave of 0.85; 70B up: 224, a last wave of 0.7), and the 64- and
+    // 128-token tiles.
     const std::vector<std::pair<Node, std::size_t>> kept = {
-        {qwen_up, 129}, {o, 129},       {qwen_qkv, 129}, {qwen_qkv, 1024}, {down, 2048}, {up, 256},  {up, 512},
-        {big_up, 256},  {big_up, 512},  {up, 128},       {qwen_up, 48},    {down, 64},   {qkv, 96}};
+        {qwen_up, 129}, {o, 129},      {qwen_qkv, 129}, {qwen_qkv, 384}, {qwen_up, 384}, {qkv, 384},   {o, 384},
+        {qkv, 1024},    {qwen_up, 1024}, {down, 2048},  {up, 256},       {up, 512},      {big_up, 256}, {big_up, 512},
+        {up, 128},      {qwen_up, 48},   {down, 64},    {qkv, 96}};
     for (const auto& [at, m] : kept) {
         CAPTURE(at.name);
         CAPTURE(m);
