@@ -439,37 +439,50 @@ bool stream_k_fits(const FastestRequest& fastest)
 PrefillTiles wgmma_tiles(const FastestRequest& fastest, bool stream_k);
 bool wgmma_grid_taken(const FastestRequest& fastest, const PrefillTiles& tiles);
 
-// Where the plan takes the stream-K grid unasked: one weight set past M = 128 whose grid of whole tiles either
-// leaves it to dequantise + cuBLASLt (fewer tiles than three quarters of the SMs) or ends in a wave at most a
-// quarter full, up to M = 512 where the last 256-token tile is at least three quarters full, and up to M = 1024
-// at any fill where K is 8192 or more (many k tiles a tile for the grid to spread). On the H100 (nbits-bench, fp16
-// int4 block 32, one call on f5b9070, whole tiles (NBITS_PREFILL_STREAM_K=0) against the grid, us): Llama-3-8B down
-// M = 129 / 192 / 256 / 384 / 512 / 1024 122.00 / 128.66 / 132.32 / 154.32 / 171.02 / 207.22 -> 64.06 / 60.06 /
-// 59.07 / 101.98 / 94.29 / 170.91, qkv M = 192 / 256 / 512 53.68 / 52.56 / 62.51 -> 40.69 / 35.42 / 51.23, o M =
-// 256 / 512 37.74 / 43.81 -> 32.05 / 40.53, Qwen2.5-7B qkv M = 192 / 256 / 512 37.54 / 34.70 / 43.39 -> 33.92 /
-// 31.73 / 39.68, Qwen2.5-7B up (148 column tiles) M = 192 / 256 / 512 78.10 / 79.74 / 118.74 -> 68.19 / 67.06 /
-// 116.19 (bf16 alike). Slower: 8B o at M = 192 35.52 -> 37.28; a last tile half empty (M = 384: Qwen2.5-7B qkv
-// 42.94 -> 46.90, up 120.98 -> 137.25, 8B qkv 57.25 -> 59.65, o 40.03 -> 49.86; M = 129: Qwen2.5-7B up 81.12 ->
-// 85.36, 8B o 35.90 -> 39.90), past M = 512 at K < 8192 (Qwen2.5-7B up M = 1024 195.84 -> 210.30), fuller last
-// waves (Llama-3-8B up, 112 column tiles, M = 256 46.38 -> 59.10; Llama-3-70B up, 224, 167.70 -> 177.62), and the
-// 64- and 128-token tiles of M <= 128 (one call on 8ff898a: 8B up M = 128 39.17 -> 53.14).
+// Where the plan takes the stream-K grid unasked: one weight set of at least 15 Mi weights past M = 128, up to
+// M = 512 where the last 256-token tile is at least three quarters full and up to M = 1024 at any fill where K is
+// 8192 or more (many k tiles a tile for the grid to spread), whose grid of whole tiles either leaves it to
+// dequantise + cuBLASLt (fewer tiles than three quarters of the SMs), ends in a wave at most a quarter full, or, at
+// K >= 8192 and the last tile three quarters full, has 128-token tiles (two CTAs an SM, some SMs with one). On the
+// H100 (nbits-bench, fp16 int4 block 32, whole tiles (NBITS_PREFILL_STREAM_K=0) against the grid, us; calls on
+// f5b9070 and 9e9e37a): Llama-3-8B down M = 129 / 192 / 256 / 384 / 512 / 1024 122.00 / 128.66 / 132.32 / 154.32 /
+// 171.02 / 207.22 -> 64.06 / 60.06 / 59.07 / 101.98 / 94.29 / 170.91, qkv M = 192 / 256 / 512 53.68 / 52.56 /
+// 62.51 -> 40.69 / 35.42 / 51.23, o M = 256 / 512 37.74 / 43.81 -> 32.05 / 40.53; Qwen2.5-7B qkv M = 192 / 256 /
+// 512 37.54 / 34.70 / 43.39 -> 33.92 / 31.73 / 39.68, down 159.20 / 162.90 / 217.65 -> 70.05 / 66.98 / 107.44 (M =
+// 384 / 1024 212.16 / 285.49 -> 119.10 / 188.48), up (148 column tiles) M = 192 / 256 / 512 78.10 / 79.74 / 118.74
+// -> 68.19 / 67.06 / 116.19; Llama-3-70B down M = 384 / 512 / 1024 664.02 / 822.85 / 1126.51 -> 379.06 / 318.08 /
+// 651.47, o 161.07 / 172.78 / 251.28 -> 120.43 / 105.01 / 194.77, qkv M = 512 / 1024 168.88 / 303.55 -> 129.84 /
+// 243.71; on 128-token tiles 70B qkv M = 192 / 256 105.95 / 108.64 -> 83.41 / 73.73, down 221.90 / 221.02 -> 183.22
+// / 170.90, o M = 256 66.75 -> 62.24 (bf16 alike where measured). Slower: 70B o M = 192 66.38 -> 71.87 and 8B o
+// M = 192 35.52 -> 37.28; fewer weights (Qwen2.5-7B o, 12.25 Mi, M = 192 / 256 / 512 31.47 / 28.21 / 34.43 -> 33.70
+// / 31.66 / 37.33); a last tile half empty at K < 8192 (M = 384: Qwen2.5-7B qkv 42.94 -> 46.90, up 120.98 -> 137.25,
+// 8B qkv 57.25 -> 59.65, o 40.03 -> 49.86; M = 129: Qwen2.5-7B up 81.12 -> 85.36, 8B o 35.90 -> 39.90), past M =
+// 512 at K < 8192 (Qwen2.5-7B up M = 1024 195.84 -> 210.30), fuller last waves of 256-token tiles (Llama-3-8B up,
+// 112 column tiles, M = 256 46.38 -> 59.10; Llama-3-70B up, 224, 167.70 -> 177.62), and the 64- and 128-token
+// tiles of M <= 128 (one call on 8ff898a: 8B up M = 128 39.17 -> 53.14).
 bool stream_k_measured(const FastestRequest& fastest)
 {
     constexpr std::size_t kStreamKMaxM = 512;
     constexpr std::size_t kStreamKDeepMaxM = 1024;
     constexpr std::size_t kStreamKDeepK = 8192;
+    constexpr std::size_t kStreamKMinWeights = std::size_t{15} << 20;
     const std::size_t m = fastest.m;
-    const bool deep = fastest.request.config.k >= kStreamKDeepK;
+    const std::size_t k = fastest.request.config.k;
+    const bool deep = k >= kStreamKDeepK;
     if (fastest.up != nullptr || m <= kWgmmaTallMinM || m > (deep ? kStreamKDeepMaxM : kStreamKMaxM) ||
-        wgmma_tile_m_override(fastest).has_value()) {
+        wgmma_tile_m_override(fastest).has_value() || fastest.request.config.n < div_ceil(kStreamKMinWeights, k)) {
         return false;
     }
     const std::size_t last_tile_rows = m % 256 == 0 ? 256 : m % 256;
-    if (!deep && 4 * last_tile_rows < 3 * 256) {
+    const bool last_tile_full = 4 * last_tile_rows >= 3 * 256;
+    if (!deep && !last_tile_full) {
         return false;
     }
     const PrefillTiles tiles = wgmma_tiles(fastest, false);
     if (!wgmma_grid_taken(fastest, tiles)) {
+        return true;
+    }
+    if (deep && last_tile_full && tiles.tile_m == 128) {
         return true;
     }
     const std::size_t slots =
