@@ -473,8 +473,9 @@ bool stream_k_measured(const FastestRequest& fastest)
         wgmma_tile_m_override(fastest).has_value() || fastest.request.config.n < div_ceil(kStreamKMinWeights, k)) {
         return false;
     }
-    const std::size_t last_tile_rows = m % 256 == 0 ? 256 : m % 256;
-    const bool last_tile_full = 4 * last_tile_rows >= 3 * 256;
+    constexpr auto kTokens = static_cast<std::size_t>(kWgmmaTallTiles.tile_m);
+    const std::size_t last_tile_rows = m % kTokens == 0 ? kTokens : m % kTokens;
+    const bool last_tile_full = 4 * last_tile_rows >= 3 * kTokens;
     if (!deep && !last_tile_full) {
         return false;
     }
