@@ -41,6 +41,7 @@ struct Capabilities {
     // Named devices for tests and the plan dump.
     static Capabilities h200();      // sm_90, 132 SMs, 227 KiB opt-in
     static Capabilities h100_pcie(); // sm_90, 114 SMs, 227 KiB opt-in
+    static Capabilities h20();       // sm_90, 78 SMs, 227 KiB opt-in
     static Capabilities rtx4090();   // sm_89, 128 SMs, 99 KiB opt-in
     static Capabilities l4();        // sm_89, 58 SMs, 99 KiB opt-in
     static Capabilities sm89_46();   // sm_89, 46 SMs, 99 KiB opt-in (RTX 4070 class)

@@ -61,6 +61,7 @@ Capabilities Capabilities::from(const DeviceAttributes& attributes)
 
 Capabilities Capabilities::h200() { return make(9, 0, 132, 227, 140, "NVIDIA H200"); }
 Capabilities Capabilities::h100_pcie() { return make(9, 0, 114, 227, 80, "NVIDIA H100 PCIe"); }
+Capabilities Capabilities::h20() { return make(9, 0, 78, 227, 96, "NVIDIA H20"); }
 Capabilities Capabilities::rtx4090() { return make(8, 9, 128, 99, 24, "NVIDIA GeForce RTX 4090"); }
 Capabilities Capabilities::l4() { return make(8, 9, 58, 99, 24, "NVIDIA L4"); }
 Capabilities Capabilities::sm89_46() { return make(8, 9, 46, 99, 12, "sm_89 with 46 SMs"); }

@@ -1094,11 +1094,15 @@ TEST_CASE("Fastest prefill on sm_90 takes the stream-K grid unasked for one weig
     CHECK_FALSE(streamed(with_override(down_256, &PlanOverrides::prefill_wgmma_tile_m, 256)));
     CHECK_FALSE(streamed(with_override(down_256, &PlanOverrides::prefill_wgmma_tile_n, 256)));
     CHECK_FALSE(streamed(fastest(node(14336, 4096), rows(256), Capabilities::a100())));
-    // The grid is one CTA an SM of the part at hand: 114 on an H100 PCIe, and the flags zeroed are as many.
-    const LaunchPlan pcie = fastest(node(14336, 4096), rows(256), Capabilities::h100_pcie()).plan();
-    REQUIRE(entries(pcie) == std::vector<std::string>{"nbits_zero_words", "nbits_prefill_gemm_stream_k"});
-    CHECK(test::kernel_step(pcie, 1).config.grid == Dim3{114, 1, 1});
-    CHECK(pcie.scratch_bytes == std::vector<std::size_t>{114 * (std::size_t{128} << 10) + 114 * 4});
+    // The grid is one CTA an SM of the part at hand (H100 PCIe 114, H20 78), with as many partial slots and flags.
+    for (const Capabilities& device : {Capabilities::h100_pcie(), Capabilities::h20()}) {
+        CAPTURE(device.name);
+        const LaunchPlan plan = fastest(node(14336, 4096), rows(256), device).plan();
+        REQUIRE(entries(plan) == std::vector<std::string>{"nbits_zero_words", "nbits_prefill_gemm_stream_k"});
+        const std::uint32_t sms = device.multiprocessor_count;
+        CHECK(test::kernel_step(plan, 1).config.grid == Dim3{sms, 1, 1});
+        CHECK(plan.scratch_bytes == std::vector<std::size_t>{sms * ((std::size_t{128} << 10) + 4)});
+    }
 }
 
 TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_TMA: the copies' issuers and tensor maps of A and the weights")
@@ -1545,9 +1549,9 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
                   "NBITS_STAGE_ACTS=0"));
     // Every device's plan fits its SMs' shared memory min_blocks times over (1 KiB reserved per block); the fused
     // GEMM that takes lm_head from M = 12 on the H200 its MIN_CTAS.
-    for (const Capabilities& device : {Capabilities::h200(), Capabilities::h100_pcie(), Capabilities::rtx4090(),
-                                       Capabilities::l4(), Capabilities::sm86_28(), Capabilities::a100(),
-                                       Capabilities::rtx5090()}) {
+    for (const Capabilities& device : {Capabilities::h200(), Capabilities::h100_pcie(), Capabilities::h20(),
+                                       Capabilities::rtx4090(), Capabilities::l4(), Capabilities::sm86_28(),
+                                       Capabilities::a100(), Capabilities::rtx5090()}) {
         for (std::size_t m : {1, 8, 16}) {
             for (const NodeAttributes& attributes :
                  {node(4096, 128256), test::marked(node(4096, 14336), kGateUpSwigluAttr), node(14336, 4096)}) {

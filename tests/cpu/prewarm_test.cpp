@@ -481,7 +481,7 @@ TEST_SUITE("nbits-prewarm: a model's shapes")
         for (const auto& [node, ms] : {std::make_pair(test::node(4096, 11008), std::vector<std::size_t>{1, 64}),
                                        std::make_pair(test::node(11008, 4096), std::vector<std::size_t>{1})}) {
             const test::Problem p = test::problem(node, shapes);
-            for (const Capabilities& device : {Capabilities::h200(), Capabilities::h100_pcie()}) {
+            for (const Capabilities& device : {Capabilities::h200(), Capabilities::h100_pcie(), Capabilities::h20()}) {
                 expect_steps(expected, p, ms, device, "sm_90");
             }
             for (const Capabilities& device : {Capabilities::rtx4090(), Capabilities::l4(), Capabilities::sm89_46()}) {

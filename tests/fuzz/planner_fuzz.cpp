@@ -159,7 +159,8 @@ const std::vector<Capabilities>& devices()
     static const std::vector<Capabilities> named = {Capabilities::a100(),    Capabilities::sm86_28(),
                                                     Capabilities::l4(),      Capabilities::rtx4090(),
                                                     Capabilities::sm89_46(), Capabilities::h200(),
-                                                    Capabilities::h100_pcie(), Capabilities::rtx5090()};
+                                                    Capabilities::h100_pcie(), Capabilities::h20(),
+                                                    Capabilities::rtx5090()};
     return named;
 }
 
