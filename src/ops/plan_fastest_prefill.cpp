@@ -313,6 +313,12 @@ std::size_t prefill_output_tiles(const FastestRequest& fastest, const PrefillTil
     return prefill_column_tiles(fastest, tiles) * div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m));
 }
 
+// The CTAs of `tiles` the device runs at once: min_ctas an SM.
+std::size_t cta_slots(const FastestRequest& fastest, const PrefillTiles& tiles)
+{
+    return static_cast<std::size_t>(tiles.min_ctas) * fastest.request.context.capabilities.multiprocessor_count;
+}
+
 // The split the H200 measured fastest for a grid of `output_tiles` short of
 // the SMs (nbits-bench, fp16 int4 block 32, Llama-3-8B, split 1/2/4/8 each):
 // - mma.sync GEMM (M <= 64, two CTAs an SM): 2 while two CTAs a tile fit in
@@ -355,7 +361,7 @@ std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& 
             return 1;
         }
         for (const std::size_t split : {std::size_t{4}, std::size_t{2}}) {
-            if (output_tiles * split <= static_cast<std::size_t>(tiles.min_ctas) * sms) {
+            if (output_tiles * split <= cta_slots(fastest, tiles)) {
                 return split;
             }
         }
@@ -486,8 +492,7 @@ bool stream_k_measured(const FastestRequest& fastest)
     if (deep && last_tile_full && tiles.tile_m == 128) {
         return true;
     }
-    const std::size_t slots =
-        static_cast<std::size_t>(tiles.min_ctas) * fastest.request.context.capabilities.multiprocessor_count;
+    const std::size_t slots = cta_slots(fastest, tiles);
     const std::size_t ctas = prefill_ctas(fastest, tiles);
     return tiles.tile_m == 256 && ctas > slots && 4 * (ctas % slots) <= slots;
 }
@@ -507,8 +512,7 @@ bool stream_k_requested(const FastestRequest& fastest)
 // tile's k tile each), so that every CTA takes at least one.
 std::size_t stream_k_ctas(const FastestRequest& fastest, const PrefillTiles& tiles, std::size_t rows)
 {
-    const std::size_t slots =
-        static_cast<std::size_t>(tiles.min_ctas) * fastest.request.context.capabilities.multiprocessor_count;
+    const std::size_t slots = cta_slots(fastest, tiles);
     // Tiles times k tiles only while below the slots, so that no product of a hostile shape overflows.
     const std::size_t tiles_count =
         prefill_column_tiles(fastest, tiles) * div_ceil(rows, static_cast<std::size_t>(tiles.tile_m));
@@ -542,7 +546,7 @@ bool wgmma_grid_fills(const FastestRequest& fastest, const PrefillTiles& tiles, 
 {
     const std::size_t sms = fastest.request.context.capabilities.multiprocessor_count;
     if (fastest.m > kWgmmaMaxM) {
-        return ctas >= static_cast<std::size_t>(tiles.min_ctas) * sms;
+        return ctas >= cta_slots(fastest, tiles);
     }
     return 4 * ctas >= 3 * sms;
 }
@@ -682,7 +686,7 @@ TailSplit tail_split_for(const FastestRequest& fastest, const PrefillTiles& tile
                          std::size_t column_tiles)
 {
     const PlanContext& context = fastest.request.context;
-    const std::size_t slots = static_cast<std::size_t>(tiles.min_ctas) * context.capabilities.multiprocessor_count;
+    const std::size_t slots = cta_slots(fastest, tiles);
     if (context.overrides.prefill_tail_split != 1 || !tiles.wgmma || tiles.split_k != 1 || tiles.stream_k ||
         context.capabilities.compute_major < 9 || slots == 0) {
         return {};

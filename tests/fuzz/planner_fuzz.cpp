@@ -156,9 +156,9 @@ struct NodeSpec {
 
 const std::vector<Capabilities>& devices()
 {
-    static const std::vector<Capabilities> named = {Capabilities::a100(),    Capabilities::sm86_28(),
-                                                    Capabilities::l4(),      Capabilities::rtx4090(),
-                                                    Capabilities::sm89_46(), Capabilities::h200(),
+    static const std::vector<Capabilities> named = {Capabilities::a100(),      Capabilities::sm86_28(),
+                                                    Capabilities::l4(),        Capabilities::rtx4090(),
+                                                    Capabilities::sm89_46(),   Capabilities::h200(),
                                                     Capabilities::h100_pcie(), Capabilities::h20(),
                                                     Capabilities::rtx5090()};
     return named;
