@@ -206,6 +206,9 @@
 #ifndef NBITS_STREAM_K
 #define NBITS_STREAM_K 0
 #endif
+#ifndef NBITS_STREAM_K_ROUNDS  // 1 (with NBITS_STREAM_K): whole rounds of tiles after the shared ones (stream_k_gemm)
+#define NBITS_STREAM_K_ROUNDS 0
+#endif
 #ifndef NBITS_NORM_THREADS
 #define NBITS_NORM_THREADS 256
 #endif
@@ -562,6 +565,7 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], cons
 [[maybe_unused]] constexpr int kBlockThreads = kThreads + kProducers;
 [[maybe_unused]] constexpr bool kTma = NBITS_TMA != 0;
 [[maybe_unused]] constexpr bool kStreamK = NBITS_STREAM_K != 0;  // see stream_k_gemm
+[[maybe_unused]] constexpr bool kStreamKRounds = NBITS_STREAM_K_ROUNDS != 0;
 [[maybe_unused]] constexpr int kPipelineBytes = kStages * kStageBytes > kEpiBytes ? kStages * kStageBytes : kEpiBytes;
 // With producer warps or TMA each stage has a full and an empty mbarrier (TMA
 // without producers uses only the full one), after the stages and the staged
@@ -1878,20 +1882,22 @@ extern "C" __global__ void __launch_bounds__(kBlockThreads, NBITS_MIN_CTAS) NBIT
 
 #if NBITS_ALL_ENTRIES || NBITS_ENTRY_nbits_prefill_gemm_stream_k || NBITS_ENTRY_nbits_prefill_gate_up_stream_k
 namespace nbits_prefill {
-// NBITS_STREAM_K. A grid of one CTA per SM slot that takes one output tile each leaves the slots idle for the
-// rest of the last, partial round of tiles (Qwen2.5-7B up at M = 512: 296 tiles of 256 tokens on 132 SMs, three
-// rounds for 2.24 rounds of work). Here the grid's G CTAs share the U units of work, an output tile's k tiles,
-// evenly: units in order (tile-major, a column tile's row tiles one after another), CTA c taking units
-// [c U / G, (c + 1) U / G). A CTA walks its units as segments of one tile each, from its last unit back to its
-// first, through one pipeline that runs on across them (a segment's own k tiles in order). A segment of every k
-// tile of its tile stores it; one that ends before the tile's last k tile (a CTA's last segment in unit order, so
-// the first it computes) stores its fp32 partial tile in the CTA's slot of `partials` and raises the CTA's flag;
-// the segment of the tile's last k tile that starts past its first (a CTA's first in unit order, so the last it
-// computes) waits for the flags of the CTAs before it that took the rest of the tile, adds their partials in CTA
-// order (the same sums every run) and stores the tile. A CTA thus only waits for CTAs launched before it, whose
-// partial is the first thing they compute, so the grid makes progress however few of its CTAs run at once (a
-// GPU shared with other streams); with all of them resident (G is at most the CTAs an SM holds times the SMs)
-// the partials are long done by the time their sum is due. The flags start zeroed (nbits_zero_words, the step
+// NBITS_STREAM_K. A grid of one CTA per SM slot that takes one output tile each leaves the slots idle for the rest of
+// the last, partial round of tiles (Qwen2.5-7B up at M = 512: 296 tiles of 256 tokens on 132 SMs, three rounds for 2.24
+// rounds of work). Here the grid's G CTAs share the U units of work, an output tile's k tiles, evenly: units in order
+// (tile-major, a column tile's row tiles one after another), CTA c taking units [c U / G, (c + 1) U / G). From 2G tiles
+// on, only the first G..2G - 1 tiles (the last round and the part-filled one) are shared so and the rounds after them
+// are whole tiles, CTA c taking tiles c, c + G, ... past the shared ones (nbits_stream_k::cta_work: a grid with every
+// tile in progress at once rereads its weights from DRAM). A CTA walks its units as segments of one tile each, from its
+// last unit back to its first, then its whole tiles, through one pipeline that runs on across them (a segment's own k
+// tiles in order). A segment of every k tile of its tile stores it; one that ends before the tile's last k tile (a
+// CTA's last segment in unit order, so the first it computes) stores its fp32 partial tile in the CTA's slot of
+// `partials` and raises the CTA's flag; the segment of the tile's last k tile that starts past its first (a CTA's first
+// in unit order, so the last of its shared units) waits for the flags of the CTAs before it that took the rest of the
+// tile, adds their partials in CTA order (the same sums every run) and stores the tile. A CTA thus only waits for CTAs
+// launched before it, whose partial is the first thing they compute, so the grid makes progress however few of its CTAs
+// run at once (a GPU shared with other streams); with all of them resident (G is at most the CTAs an SM holds times the
+// SMs) the partials are long done by the time their sum is due. The flags start zeroed (nbits_zero_words, the step
 // before).
 static_assert(!kStreamK || (kTma && (kProducerWarps == 4 || kProducerWarps == 0) && kSplitK == 1 &&
                               NBITS_FIRST_COLUMN_TILE == 0),
@@ -2039,11 +2045,13 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
         init_tensor_copy_barriers(full, src);
     }
     const int m_tiles = (m + kTileM - 1) / kTileM;
-    StreamSegment seg;
-    seg.units = (n + kColumns - 1) / kColumns * m_tiles * kTilesK;
     const int cta = (int)blockIdx.x;
-    const int begin = nbits_stream_k::first_unit(cta, (int)gridDim.x, seg.units);
-    const int end = nbits_stream_k::first_unit(cta + 1, (int)gridDim.x, seg.units);
+    const nbits_stream_k::Work work =
+        nbits_stream_k::cta_work(cta, (int)gridDim.x, (n + kColumns - 1) / kColumns * m_tiles, kTilesK, kStreamKRounds);
+    // Whether tile t (tile-major) lies inside N, worked out from N rather than kept.
+    const auto in_grid = [&](const int tile) { return tile / m_tiles * kColumns < n; };
+    StreamSegment seg;
+    seg.units = work.units;
     // Output tile t's first column of Y and first row (tile-major: a column tile's row tiles one after another).
     const auto first_column = [&](const int tile) { return tile / m_tiles * kColumns; };
     const auto first_row = [&](const int tile) { return tile % m_tiles * kTileM; };
@@ -2070,8 +2078,8 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
             StageRing ring;  // stage of the next tile and the parity of its empty barrier's previous phase
             ring.parity = 1;
             int issued = 0;
-            nbits_stream_k::for_each_segment(begin, end, kTilesK, [&](const int tile, const int k0,
-                                                                      const int k1) {
+            nbits_stream_k::for_each_work_segment(work, cta, (int)gridDim.x, kTilesK, kStreamKRounds, in_grid,
+                                                  [&](const int tile, const int k0, const int k1) {
                 place(tile, k0, k1);
                 produce_by_tma(smem, smem_base, full, empty, k0, k1 - k0, a, weights, m, seg.m0, ring, issued);
             });
@@ -2084,7 +2092,8 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
         released.stage = kStages - 2;
         int consumed = 0;
         set_max_registers<true, kConsumerRegisters>();
-        nbits_stream_k::for_each_segment(begin, end, kTilesK, [&](const int tile, const int k0, const int k1) {
+        nbits_stream_k::for_each_work_segment(work, cta, (int)gridDim.x, kTilesK, kStreamKRounds, in_grid,
+                                              [&](const int tile, const int k0, const int k1) {
             place(tile, k0, k1);
             consume_k_tiles(smem_base, full, empty, k0, k1 - k0, ring, released, consumed,
                             [&](const int stage, const u32 stage_address, const int k) {
@@ -2098,8 +2107,10 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
         // The copies of the walk's k tile `issued` into `stage`, or none past the CTA's last.
         int issued = 0;
         const auto issue_next = [&](const int stage) {
-            if (issued < end - begin) {
-                const nbits_stream_k::WalkItem item = nbits_stream_k::walk_item(begin, end, kTilesK, issued);
+            if (issued < work.end - work.begin ||
+                (kStreamKRounds && in_grid(nbits_stream_k::whole_tile(work, cta, (int)gridDim.x, kTilesK, issued)))) {
+                const nbits_stream_k::WalkItem item = nbits_stream_k::work_item(work, cta, (int)gridDim.x, kTilesK,
+                                                                                issued);
                 WeightSource<kPaired> item_src = src;
                 item_src.n0 = first_column(item.tile);
                 const int m0 = first_row(item.tile);
@@ -2120,7 +2131,8 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
         StageRing ring;  // the stage of the computed k tile and its full barrier's parity
         // Segment by segment, the epilogue after each one's k tiles as in the producers' pipeline: an epilogue
         // inside the k loop, on a branch, made ptxas serialise the wgmmas (its C7518 note).
-        nbits_stream_k::for_each_segment(begin, end, kTilesK, [&](const int tile, const int k0, const int k1) {
+        nbits_stream_k::for_each_work_segment(work, cta, (int)gridDim.x, kTilesK, kStreamKRounds, in_grid,
+                                              [&](const int tile, const int k0, const int k1) {
             place(tile, k0, k1);
 #pragma unroll 1
             for (int k = k0; k < k1; ++k) {

@@ -445,37 +445,50 @@ bool stream_k_fits(const FastestRequest& fastest)
 PrefillTiles wgmma_tiles(const FastestRequest& fastest, bool stream_k);
 bool wgmma_grid_taken(const FastestRequest& fastest, const PrefillTiles& tiles);
 
-// Where the plan takes the stream-K grid unasked: one weight set of at least 15 Mi weights past M = 128, up to
-// M = 512 where the last 256-token tile is at least three quarters full and up to M = 1024 at any fill where K is
-// 8192 or more (many k tiles a tile for the grid to spread), whose grid of whole tiles either leaves it to
-// dequantise + cuBLASLt (fewer tiles than three quarters of the SMs), ends in a wave at most a quarter full, or, at
-// K >= 8192 and the last tile three quarters full, has 128-token tiles (two CTAs an SM, some SMs with one). On the
-// H100 (nbits-bench, fp16 int4 block 32, whole tiles (NBITS_PREFILL_STREAM_K=0) against the grid, us; calls on
-// f5b9070 and 9e9e37a): Llama-3-8B down M = 129 / 192 / 256 / 384 / 512 / 1024 122.00 / 128.66 / 132.32 / 154.32 /
-// 171.02 / 207.22 -> 64.06 / 60.06 / 59.07 / 101.98 / 94.29 / 170.91, qkv M = 192 / 256 / 512 53.68 / 52.56 /
-// 62.51 -> 40.69 / 35.42 / 51.23, o M = 256 / 512 37.74 / 43.81 -> 32.05 / 40.53; Qwen2.5-7B qkv M = 192 / 256 /
-// 512 37.54 / 34.70 / 43.39 -> 33.92 / 31.73 / 39.68, down 159.20 / 162.90 / 217.65 -> 70.05 / 66.98 / 107.44 (M =
-// 384 / 1024 212.16 / 285.49 -> 119.10 / 188.48), up (148 column tiles) M = 192 / 256 / 512 78.10 / 79.74 / 118.74
-// -> 68.19 / 67.06 / 116.19; Llama-3-70B down M = 384 / 512 / 1024 664.02 / 822.85 / 1126.51 -> 379.06 / 318.08 /
-// 651.47, o 161.07 / 172.78 / 251.28 -> 120.43 / 105.01 / 194.77, qkv M = 512 / 1024 168.88 / 303.55 -> 129.84 /
-// 243.71; on 128-token tiles 70B qkv M = 192 / 256 105.95 / 108.64 -> 83.41 / 73.73, down 221.90 / 221.02 -> 183.22
-// / 170.90, o M = 256 66.75 -> 62.24 (bf16 alike where measured). Slower: 70B o M = 192 66.38 -> 71.87 and 8B o
-// M = 192 35.52 -> 37.28; fewer weights (Qwen2.5-7B o, 12.25 Mi, M = 192 / 256 / 512 31.47 / 28.21 / 34.43 -> 33.70
-// / 31.66 / 37.33); a last tile half empty at K < 8192 (M = 384: Qwen2.5-7B qkv 42.94 -> 46.90, up 120.98 -> 137.25,
-// 8B qkv 57.25 -> 59.65, o 40.03 -> 49.86; M = 129: Qwen2.5-7B up 81.12 -> 85.36, 8B o 35.90 -> 39.90), past M =
-// 512 at K < 8192 (Qwen2.5-7B up M = 1024 195.84 -> 210.30), fuller last waves of 256-token tiles (Llama-3-8B up,
-// 112 column tiles, M = 256 46.38 -> 59.10; Llama-3-70B up, 224, 167.70 -> 177.62), and the 64- and 128-token
-// tiles of M <= 128 (one call on 8ff898a: 8B up M = 128 39.17 -> 53.14).
+// Where the plan takes the stream-K grid unasked: one weight set of at least 15 Mi weights past M = 128, whose grid of
+// whole tiles either leaves it to dequantise + cuBLASLt (fewer tiles than three quarters of the SMs past M = 256), up
+// to M = 1024 where the last 256-token tile is at least three quarters full and at K >= 8192 (many k tiles a tile for
+// the grid to spread) up to M = 2048 at any fill, past 1024 while A holds at most 48 Mi elements; or, up to M = 512
+// where the last 256-token tile is three quarters full and up to M = 1024 at any fill at K >= 8192, ends in a wave at
+// most a quarter full (at K >= 8192 under half full), or, at K >= 8192 and the last tile three quarters full, has
+// 128-token tiles (two CTAs an SM, some SMs with one). From two rounds of tiles on the grid runs all but its last round
+// and the part-filled one whole (NBITS_STREAM_K_ROUNDS). On the H100 (nbits-bench, fp16 int4 block 32, whole tiles
+// (NBITS_PREFILL_STREAM_K=0) against the grid, us; calls on f5b9070 and 9e9e37a): Llama-3-8B down M = 129 / 192 / 256 /
+// 384 / 512 / 1024 122.00 / 128.66 / 132.32 / 154.32 / 171.02 / 207.22 -> 64.06 / 60.06 / 59.07 / 101.98 / 94.29 /
+// 170.91, qkv M = 192 / 256 / 512 53.68 / 52.56 / 62.51 -> 40.69 / 35.42 / 51.23, o M = 256 / 512 37.74 / 43.81 ->
+// 32.05 / 40.53; Qwen2.5-7B qkv M = 192 / 256 / 512 37.54 / 34.70 / 43.39 -> 33.92 / 31.73 / 39.68, down 159.20 /
+// 162.90 / 217.65 -> 70.05 / 66.98 / 107.44 (M = 384 / 1024 212.16 / 285.49 -> 119.10 / 188.48), up (148 column tiles)
+// M = 192 / 256 / 512 78.10 / 79.74 / 118.74 -> 68.19 / 67.06 / 116.19; Llama-3-70B down M = 384 / 512 / 1024 664.02 /
+// 822.85 / 1126.51 -> 379.06 / 318.08 / 651.47, o 161.07 / 172.78 / 251.28 -> 120.43 / 105.01 / 194.77, qkv M = 512 /
+// 1024 168.88 / 303.55 -> 129.84 / 243.71; on 128-token tiles 70B qkv M = 192 / 256 105.95 / 108.64 -> 83.41 / 73.73,
+// down 221.90 / 221.02 -> 183.22 / 170.90, o M = 256 66.75 -> 62.24 (bf16 alike where measured). With whole rounds
+// (H100, two calls): Llama-3-8B qkv M = 768 / 1024 76.19 / 93.17 -> 68.96 / 87.04, o M = 768 54.11 -> 50.94 (1024 63.89
+// -> 63.78), Qwen2.5-7B qkv M = 768 58.54 -> 52.13 (1024 63.42 -> 63.28); at K >= 8192 M = 1536 / 2048: Llama-3-70B o
+// 321.17 / 405.50 -> 278.80 / 372.85, qkv 395.04 / 504.99 -> 345.38 / 460.51, Llama-3-8B down 280.53 / 343.33 -> 248.66
+// / 333.33, Qwen2.5-7B down 359.06 / 435.95 -> 281.02 / 380.42, Llama-3-70B down M = 1536 1140.21 -> 924.94;
+// Llama-3-70B up M = 512 336.38 -> 322.83 (a last wave of 0.39). Slower: 70B o M = 192 66.38 -> 71.87 and 8B o M = 192
+// 35.52 -> 37.28; fewer weights (Qwen2.5-7B o, 12.25 Mi, M = 192 / 256 / 512 31.47 / 28.21 / 34.43 -> 33.70 / 31.66 /
+// 37.33); a last tile half empty at K < 8192 (M = 384: Qwen2.5-7B qkv 42.94 -> 46.90, up 120.98 -> 137.25, 8B qkv 57.25
+// -> 59.65, o 40.03 -> 49.86; M = 129: Qwen2.5-7B up 81.12 -> 85.36, 8B o 35.90 -> 39.90); past M = 1024 at K < 8192 (M
+// = 1536 / 2048: 8B qkv 123.31 / 154.38 -> 120.45 / 156.54, Qwen2.5-7B qkv 86.29 / 105.34 -> 86.66 / 108.19, 8B o 85.52
+// / 105.84 -> 86.38 / 113.44) and wgmma tiles past M = 512 there (Qwen2.5-7B up M = 1024 193.50 -> 197.38); 70B down M
+// = 2048 (A of 56 Mi elements) 1404.46 -> 1537.26; fuller last waves of 256-token tiles (Llama-3-8B up, 112 column
+// tiles, M = 256 46.38 -> 59.10, M = 512 89.66 -> 99.17; Llama-3-70B up, 224, M = 256 167.70 -> 177.62, M = 1024 594.32
+// -> 630.77, M = 2048 1202.86 -> 1256.10), and the 64- and 128-token tiles of M <= 128 (one call on 8ff898a: 8B up M =
+// 128 39.17 -> 53.14).
 bool stream_k_measured(const FastestRequest& fastest)
 {
     constexpr std::size_t kStreamKMaxM = 512;
     constexpr std::size_t kStreamKDeepMaxM = 1024;
+    constexpr std::size_t kStreamKDequantMaxM = 1024;
+    constexpr std::size_t kStreamKDeepDequantMaxM = 2048;
+    constexpr std::size_t kStreamKDeepDequantMaxActivations = std::size_t{48} << 20;
     constexpr std::size_t kStreamKDeepK = 8192;
     constexpr std::size_t kStreamKMinWeights = std::size_t{15} << 20;
     const std::size_t m = fastest.m;
     const std::size_t k = fastest.request.config.k;
     const bool deep = k >= kStreamKDeepK;
-    if (fastest.up != nullptr || m <= kWgmmaTallMinM || m > (deep ? kStreamKDeepMaxM : kStreamKMaxM) ||
+    if (fastest.up != nullptr || m <= kWgmmaTallMinM || m > (deep ? kStreamKDeepDequantMaxM : kStreamKDequantMaxM) ||
         wgmma_tile_m_override(fastest).has_value() || fastest.request.config.n < div_ceil(kStreamKMinWeights, k)) {
         return false;
     }
@@ -487,14 +500,19 @@ bool stream_k_measured(const FastestRequest& fastest)
     }
     const PrefillTiles tiles = wgmma_tiles(fastest, false);
     if (!wgmma_grid_taken(fastest, tiles)) {
-        return true;
+        // Past M = 1024 A bounded (m <= 2048 here, so the product cannot overflow).
+        return m <= kStreamKDeepMaxM || m * k <= kStreamKDeepDequantMaxActivations;
+    }
+    if (m > (deep ? kStreamKDeepMaxM : kStreamKMaxM)) {
+        return false;
     }
     if (deep && last_tile_full && tiles.tile_m == 128) {
         return true;
     }
     const std::size_t slots = cta_slots(fastest, tiles);
     const std::size_t ctas = prefill_ctas(fastest, tiles);
-    return tiles.tile_m == 256 && ctas > slots && 4 * (ctas % slots) <= slots;
+    const std::size_t last_wave = ctas % slots;
+    return tiles.tile_m == 256 && ctas > slots && (deep ? 2 * last_wave < slots : 4 * last_wave <= slots);
 }
 
 // NBITS_PREFILL_STREAM_K=1 wherever the grid fits the node (the tiles then take it whatever their count), unset
@@ -788,6 +806,11 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
                 .arg("flags", flags)
                 .define("NBITS_STREAM_K", 1)
                 .grid(static_cast<std::uint32_t>(ctas));
+            // From two rounds of tiles on, all but the last round and the part-filled one run whole
+            // (nbits_stream_k::shared_tiles); below, the kernel without that walk, as measured.
+            if (count * div_ceil(rows, static_cast<std::size_t>(t.tile_m)) >= 2 * ctas) {
+                step.define("NBITS_STREAM_K_ROUNDS", 1);
+            }
         } else {
             step.grid(static_cast<std::uint32_t>(count),
                       grid_extent(rows, static_cast<std::size_t>(t.tile_m), kMaxGridYZ, "M"),

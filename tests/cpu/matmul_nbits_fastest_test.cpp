@@ -1024,7 +1024,7 @@ TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_STREAM_K: one CTA a slot 
 }
 
 TEST_CASE("Fastest prefill on sm_90 takes the stream-K grid unasked for one weight set past M = 128 where whole "
-          "tiles leave the node to dequantise + cuBLASLt or end in a wave at most a quarter full")
+          "tiles leave the node to dequantise + cuBLASLt or end in a part-filled wave, as measured")
 {
     const auto streamed = [](const test::Problem& p) {
         const LaunchPlan plan = p.plan();
@@ -1056,15 +1056,18 @@ TEST_CASE("Fastest prefill on sm_90 takes the stream-K grid unasked for one weig
         {qwen_qkv, 256}, {qwen_qkv, 512}, {qwen_up, 192}, {qwen_up, 256}, {qwen_up, 512},
         {qwen_down, 192}, {qwen_down, 384}, {qwen_down, 1024}, {big_qkv, 192}, {big_qkv, 256}, {big_qkv, 512},
         {big_qkv, 1024}, {big_o, 256},    {big_o, 384},     {big_o, 1024},    {big_down, 192}, {big_down, 512},
-        {big_down, 1024}};
-    // The rows measured slower: a last token tile half empty at K < 8192, past M = 512 (1024 at K >= 8192), last
-    // waves of 256-token tiles fuller (8B up: 112 column tiles, one wave of 0.85; 70B up: 224, a last wave of 0.7),
-    // the 64- and 128-token tiles, and a node of fewer than 15 Mi weights (Qwen2.5-7B o).
+        {big_down, 1024}, {qkv, 768},     {qkv, 1024},      {o, 768},         {qwen_qkv, 768}, {big_up, 512},
+        {big_o, 1536},   {big_o, 2048},   {big_qkv, 1536},  {big_qkv, 2048},  {down, 1536},    {down, 2048},
+        {qwen_down, 1536}, {qwen_down, 2048}, {big_down, 1536}};
+    // The rows measured slower: a last token tile half empty at K < 8192, past M = 1024 at K < 8192 and its wgmma
+    // tiles past M = 512, 70B down at M = 2048 (A of 56 Mi elements), last waves of 256-token tiles fuller (8B up:
+    // 112 column tiles, one wave of 0.85; 70B up: 224, last waves of 0.7 and more), the 64- and 128-token tiles, and
+    // a node of fewer than 15 Mi weights (Qwen2.5-7B o).
     const std::vector<std::pair<Node, std::size_t>> kept = {
-        {qwen_up, 129}, {o, 129},      {qwen_qkv, 129}, {qwen_qkv, 384}, {qwen_up, 384}, {qkv, 384},   {o, 384},
-        {qkv, 1024},    {qwen_up, 1024}, {down, 2048},  {up, 256},       {up, 512},      {big_up, 256}, {big_up, 512},
-        {up, 128},      {qwen_up, 48},   {down, 64},    {qkv, 96},       {qwen_o, 192},  {qwen_o, 256}, {qwen_o, 512},
-        {big_up, 192}};
+        {qwen_up, 129},  {o, 129},       {qwen_qkv, 129}, {qwen_qkv, 384}, {qwen_up, 384}, {qkv, 384},   {o, 384},
+        {qkv, 1536},     {qwen_qkv, 2048}, {o, 2048},     {qwen_up, 1024}, {big_down, 2048}, {up, 256},   {up, 512},
+        {big_up, 256},   {big_up, 1024}, {big_up, 2048},  {up, 128},      {qwen_up, 48},  {down, 64},    {qkv, 96},
+        {qwen_o, 192},   {qwen_o, 256},  {qwen_o, 512},   {big_up, 192}};
     for (const auto& [measured, taken_here] : {std::pair{&taken, true}, std::pair{&kept, false}}) {
         for (const auto& [at, m] : *measured) {
             CAPTURE(at.name);
@@ -1094,6 +1097,15 @@ TEST_CASE("Fastest prefill on sm_90 takes the stream-K grid unasked for one weig
     CHECK_FALSE(streamed(with_override(down_256, &PlanOverrides::prefill_wgmma_tile_m, 256)));
     CHECK_FALSE(streamed(with_override(down_256, &PlanOverrides::prefill_wgmma_tile_n, 256)));
     CHECK_FALSE(streamed(fastest(node(14336, 4096), rows(256), Capabilities::a100())));
+    // From two rounds of tiles on (Qwen2.5-7B up at M = 512: 296 tiles of 256 tokens on 132 SMs) the kernel is the
+    // one that runs all but the last round and the part-filled one whole; below (148 tiles at M = 256), the one
+    // without that walk.
+    for (const auto& [m, rounds] : {std::pair{std::size_t{512}, true}, std::pair{std::size_t{256}, false}}) {
+        CAPTURE(m);
+        const LaunchPlan plan = fastest(node(qwen_up.k, qwen_up.n), rows(m)).plan();
+        REQUIRE(entries(plan) == std::vector<std::string>{"nbits_zero_words", "nbits_prefill_gemm_stream_k"});
+        CHECK(defines(test::kernel_step(plan, 1), "NBITS_STREAM_K_ROUNDS=1") == rounds);
+    }
     // The grid is one CTA an SM of the part at hand (H100 PCIe 114, H20 78), with as many partial slots and flags.
     for (const Capabilities& device : {Capabilities::h100_pcie(), Capabilities::h20()}) {
         CAPTURE(device.name);
@@ -1421,7 +1433,7 @@ TEST_CASE("Fastest takes bf16 activations, with bf16 or fp32 scales")
     shapes.scales = DataType::Float16;
     CHECK(test::error_message(fastest(node(4096, 4096), shapes)) ==
           test::prefixed("scales must have dtype BFloat16 or Float32 for BFloat16 activations, got Float16"));
-    const LaunchPlan large = fastest(node(4096, 4096), rows(1024, DataType::BFloat16)).plan();
+    const LaunchPlan large = fastest(node(4096, 4096), rows(2048, DataType::BFloat16)).plan();
     CHECK(std::get<GemmStep>(large.steps[1]).dtype == DataType::BFloat16);
 }
 

@@ -805,8 +805,10 @@ TEST_CASE("the stream-K wgmma GEMM (NBITS_PREFILL_STREAM_K) meets the float64 or
     // keeps its own plan, the tensor maps cannot describe its rows), on the 64- and 128-token tiles (M = 33 to 64
     // and 65 to 128: two CTAs an SM) and the 256-token ones. 6500 columns of K = 512 at M <= 256: 408 units (51
     // tiles of 8 k tiles), 3 or 4 a CTA of the H200's 132 (1.5 of its 264 at M <= 128), so that most tiles are
-    // summed from the partials of two to six CTAs; 13000 columns at M = 520: 18.5 units a CTA, whole tiles between
-    // a first partial and a last; K = 4096 over 2000 columns: a tile's 64 k tiles over 8 CTAs (16 at M = 100).
+    // summed from the partials of two to six CTAs; 13000 columns at M = 520: 306 tiles, two rounds of the grid and
+    // more, so the first 174 shared (10.5 units a CTA) and a round of whole tiles after them; K = 4096 over 2000
+    // columns: a tile's 64 k tiles over 8 CTAs (16 at M = 100). Then 550 of the 128-token tiles (two CTAs an SM, no
+    // producers): 286 shared over 264 CTAs, then a round of whole ones.
     std::vector<FastestCase> nodes = at_rows(wide_prefill_cases(), {129, 256, 300, 520});
     for (std::size_t i = 0; i < nodes.size(); ++i) {
         if (nodes[i].m == 520) {
@@ -839,6 +841,13 @@ TEST_CASE("the stream-K wgmma GEMM (NBITS_PREFILL_STREAM_K) meets the float64 or
             run.check_replays(runtime);
         }
     }
+    const ScopedEnv tile_m(ops::kPrefillWgmmaTileMEnv, std::string("128"));
+    const FastestCase rounds = feature_case(DataType::BFloat16, 520, 4, 32, true, Bias::Plain, false, false, 14000);
+    CAPTURE(rounds.describe());
+    EagerNode run(runtime, rounds, seed);
+    CHECK(run.launches("nbits_prefill_gemm_stream_k"));
+    run.check_oracle();
+    run.check_replays(runtime);
 }
 
 TEST_CASE("stream-K grids on four caller streams at once, fewer of their CTAs resident than launched, finish with "
