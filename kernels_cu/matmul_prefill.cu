@@ -2048,13 +2048,13 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
     const int cta = (int)blockIdx.x;
     const nbits_stream_k::Work work =
         nbits_stream_k::cta_work(cta, (int)gridDim.x, (n + kColumns - 1) / kColumns * m_tiles, kTilesK, kStreamKRounds);
-    // Whether tile t (tile-major) lies inside N, worked out from N rather than kept.
-    const auto in_grid = [&](const int tile) { return tile / m_tiles * kColumns < n; };
     StreamSegment seg;
     seg.units = work.units;
     // Output tile t's first column of Y and first row (tile-major: a column tile's row tiles one after another).
     const auto first_column = [&](const int tile) { return tile / m_tiles * kColumns; };
     const auto first_row = [&](const int tile) { return tile % m_tiles * kTileM; };
+    // Whether tile t lies inside N, worked out from N rather than kept.
+    const auto in_grid = [&](const int tile) { return first_column(tile) < n; };
     WeightSource<kPaired> weights = src;
     const auto place = [&](const int tile, const int k0, const int k1) {
         seg.tile = tile;

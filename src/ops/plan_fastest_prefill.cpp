@@ -307,10 +307,16 @@ std::size_t prefill_column_tiles(const FastestRequest& fastest, const PrefillTil
     return div_ceil(fastest.request.config.n, columns_per_cta);
 }
 
-// Output tiles of a fused GEMM grid with `tiles` over the node's M rows: column tiles x row tiles.
+// Output tiles of a fused GEMM grid with `tiles` over `rows` rows (the node's M unless a pass takes fewer): column
+// tiles x row tiles.
+std::size_t prefill_output_tiles(const FastestRequest& fastest, const PrefillTiles& tiles, std::size_t rows)
+{
+    return prefill_column_tiles(fastest, tiles) * div_ceil(rows, static_cast<std::size_t>(tiles.tile_m));
+}
+
 std::size_t prefill_output_tiles(const FastestRequest& fastest, const PrefillTiles& tiles)
 {
-    return prefill_column_tiles(fastest, tiles) * div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m));
+    return prefill_output_tiles(fastest, tiles, fastest.m);
 }
 
 // The CTAs of `tiles` the device runs at once: min_ctas an SM.
@@ -532,8 +538,7 @@ std::size_t stream_k_ctas(const FastestRequest& fastest, const PrefillTiles& til
 {
     const std::size_t slots = cta_slots(fastest, tiles);
     // Tiles times k tiles only while below the slots, so that no product of a hostile shape overflows.
-    const std::size_t tiles_count =
-        prefill_column_tiles(fastest, tiles) * div_ceil(rows, static_cast<std::size_t>(tiles.tile_m));
+    const std::size_t tiles_count = prefill_output_tiles(fastest, tiles, rows);
     if (tiles_count >= slots) {
         return slots;
     }
@@ -808,7 +813,7 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
                 .grid(static_cast<std::uint32_t>(ctas));
             // From two rounds of tiles on, all but the last round and the part-filled one run whole
             // (nbits_stream_k::shared_tiles); below, the kernel without that walk, as measured.
-            if (count * div_ceil(rows, static_cast<std::size_t>(t.tile_m)) >= 2 * ctas) {
+            if (prefill_output_tiles(fastest, t, rows) >= 2 * ctas) {
                 step.define("NBITS_STREAM_K_ROUNDS", 1);
             }
         } else {
