@@ -96,6 +96,10 @@
 //                          warps, no split-K): the grid's CTAs share the
 //                          output tiles' k tiles evenly (see stream_k_gemm)
 //                          instead of taking one tile each
+//   NBITS_PROGRAMMATIC [0] 1 (GEMM entries, compute_90+): launched as a
+//                          programmatic dependent of the kernel before it;
+//                          each CTA waits for that kernel (griddepcontrol)
+//                          before it touches global memory
 //   NBITS_NORM_THREADS [256], NBITS_DEQ_THREADS [256], NBITS_DEQ_UNITS [4]
 // Constraints (static_assert): TILE_N / WARPS_N % 16 == 0, TILE_M / WARPS_M
 // % 8 == 0, UNITS = TILE_K / WARPS_K / 32 in {1, 2, 4}, 8 * UNITS <=
@@ -208,6 +212,12 @@
 #endif
 #ifndef NBITS_STREAM_K_ROUNDS  // 1 (with NBITS_STREAM_K): whole rounds of tiles after the shared ones (stream_k_gemm)
 #define NBITS_STREAM_K_ROUNDS 0
+#endif
+#ifndef NBITS_PROGRAMMATIC
+#define NBITS_PROGRAMMATIC 0
+#endif
+#if NBITS_PROGRAMMATIC && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "NBITS_PROGRAMMATIC needs griddepcontrol (compute capability 9.0 and newer)"
 #endif
 #ifndef NBITS_NORM_THREADS
 #define NBITS_NORM_THREADS 256
@@ -1637,6 +1647,19 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(
     staged_tile_ready();
 }
 
+// NBITS_PROGRAMMATIC: the kernel before this one on the stream may still run
+// until griddepcontrol.wait, so nothing it writes is read and nothing is
+// written before. The CTAs here were placed and started meanwhile, on the SMs
+// its CTAs left, instead of after its last CTA and a launch gap. The kernel
+// after this one may do the same once every CTA here has started.
+__device__ __forceinline__ void wait_for_prior_grid()
+{
+#if NBITS_PROGRAMMATIC
+    asm volatile("griddepcontrol.launch_dependents;" : : : "memory");
+    asm volatile("griddepcontrol.wait;" : : : "memory");
+#endif
+}
+
 // The kernel's dynamic shared memory, aligned up to a stage boundary.
 __device__ __forceinline__ u8* stage_memory(u8* raw)
 {
@@ -1799,6 +1822,7 @@ __device__ __forceinline__ void prefill_gemm(const act_t* __restrict__ a, const 
     act_t* __restrict__ y, const int m, const int n, const int bias_row_stride, const TmaMap* act_map,
     const TmaMap* b_map)
 {
+    wait_for_prior_grid();
     extern __shared__ __align__(16) u8 nbits_prefill_smem[];
     u8* const smem = stage_memory(nbits_prefill_smem);
     WeightSource<false> src = single_source(b, scales, zero_points, n, act_map, b_map);
@@ -2035,6 +2059,7 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
     float* __restrict__ partials, u32* __restrict__ flags)
 {
     static_assert(!kPaired || kBiasMode == 0, "the paired node has no bias");
+    wait_for_prior_grid();
     constexpr int kColumns = kPaired ? kTileN / 2 : kTileN;  // of Y, a tile
     const u32 smem_base = smem_addr(smem);
     const u32 full = smem_base + kPipelineBytes;
@@ -2206,6 +2231,7 @@ __device__ __forceinline__ void prefill_gate_up(const act_t* __restrict__ a, con
     const int n, const TmaMap* act_map, const TmaMap* gate_map, const TmaMap* up_map)
 {
     static_assert(kTileN % 64 == 0, "paired TILE_N multiple of 64");
+    wait_for_prior_grid();
     extern __shared__ __align__(16) u8 nbits_prefill_smem[];
     u8* const smem = stage_memory(nbits_prefill_smem);
     WeightSource<true> src =

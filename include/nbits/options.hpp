@@ -95,6 +95,7 @@ inline constexpr const char* kPrefillTailSplitEnv = "NBITS_PREFILL_TAIL_SPLIT";
 inline constexpr const char* kPrefillWideSplitEnv = "NBITS_PREFILL_WIDE_SPLIT";
 inline constexpr const char* kPrefillStreamKEnv = "NBITS_PREFILL_STREAM_K";
 inline constexpr const char* kPrefillChunkColumnsEnv = "NBITS_PREFILL_CHUNK_COLUMNS";
+inline constexpr const char* kPrefillProgrammaticEnv = "NBITS_PREFILL_PDL";
 inline constexpr const char* kDecodeProgrammaticEnv = "NBITS_DECODE_PDL";
 inline constexpr const char* kDecodeStagesEnv = "NBITS_DECODE_STAGES";
 inline constexpr const char* kDecodeTilesEnv = "NBITS_DECODE_TILES";
@@ -165,6 +166,10 @@ struct PlanOverrides {
     // whole tiles of 64 and capped by the scratch budget). Unset: the rule in
     // the plan (see the README's routing table).
     std::optional<int> prefill_chunk_columns;
+    // 0: the fused prefill GEMMs launch as plain stream successors; 1: on
+    // compute capability 9.0 and newer as programmatic dependents of the
+    // kernel before them, as the decode kernels do. Unset: 1.
+    std::optional<int> prefill_programmatic;
     // 0: the tensor-core decode kernels launch as plain stream successors; 1:
     // on compute capability 9.0 and newer as programmatic dependents of the
     // kernel before them (programmatic dependent launch). Unset: 1.

@@ -252,6 +252,8 @@ PlanOverrides parse_overrides(const jit::EnvLookup& variable)
     overrides.prefill_tail_split = accepted(variable(kPrefillTailSplitEnv), [](std::uint32_t on) { return on <= 1; });
     overrides.prefill_wide_split = accepted(variable(kPrefillWideSplitEnv), [](std::uint32_t on) { return on <= 1; });
     overrides.prefill_stream_k = accepted(variable(kPrefillStreamKEnv), [](std::uint32_t on) { return on <= 1; });
+    overrides.prefill_programmatic =
+        accepted(variable(kPrefillProgrammaticEnv), [](std::uint32_t on) { return on <= 1; });
     overrides.decode_programmatic = accepted(variable(kDecodeProgrammaticEnv), [](std::uint32_t on) { return on <= 1; });
     overrides.decode_stages =
         accepted(variable(kDecodeStagesEnv), [](std::uint32_t stages) { return stages >= 2 && stages <= 4; });
@@ -294,9 +296,10 @@ constexpr std::optional<int> PlanOverrides::*kOverrideFields[] = {
     &PlanOverrides::prefill_wgmma_tile_n,  &PlanOverrides::prefill_wgmma_min_m,  &PlanOverrides::prefill_wgmma_tile_m,
     &PlanOverrides::prefill_producer_warps, &PlanOverrides::prefill_tma,         &PlanOverrides::prefill_tail_split,
     &PlanOverrides::prefill_wide_split,    &PlanOverrides::prefill_stream_k,     &PlanOverrides::prefill_chunk_columns,
-    &PlanOverrides::decode_programmatic,   &PlanOverrides::decode_stages,        &PlanOverrides::decode_tiles,
-    &PlanOverrides::decode_stage_acts,     &PlanOverrides::decode_col_warps,     &PlanOverrides::decode_cluster_k,
-    &PlanOverrides::decode_chunks,         &PlanOverrides::decode_stage_meta,    &PlanOverrides::decode_prefetch,
+    &PlanOverrides::prefill_programmatic,  &PlanOverrides::decode_programmatic,  &PlanOverrides::decode_stages,
+    &PlanOverrides::decode_tiles,          &PlanOverrides::decode_stage_acts,    &PlanOverrides::decode_col_warps,
+    &PlanOverrides::decode_cluster_k,      &PlanOverrides::decode_chunks,        &PlanOverrides::decode_stage_meta,
+    &PlanOverrides::decode_prefetch,
 };
 // A field added to PlanOverrides and not to the list would be neither merged nor counted.
 static_assert(sizeof(PlanOverrides) == std::size(kOverrideFields) * sizeof(std::optional<int>),

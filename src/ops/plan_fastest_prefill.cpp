@@ -735,6 +735,17 @@ TailSplit tail_split_for(const FastestRequest& fastest, const PrefillTiles& tile
     return best_split == 1 ? TailSplit{} : TailSplit{whole, static_cast<int>(best_split)};
 }
 
+// On compute capability 9.0 and newer the fused GEMMs launch as programmatic dependents of the kernel before them
+// (NBITS_PREFILL_PDL=0 turns it off), as the decode kernels do: their CTAs are placed on the SMs that kernel's CTAs
+// leave and wait (griddepcontrol.wait) before they touch memory, instead of starting after its last CTA and a launch
+// gap; a stream-K grid so follows its flags' zeroing.
+bool prefill_programmatic(const FastestRequest& fastest)
+{
+    const PlanContext& context = fastest.request.context;
+    const std::optional<int> forced = context.overrides.prefill_programmatic;
+    return (!forced || *forced == 1) && context.capabilities.compute_major >= 9;
+}
+
 // Zeroes `count` words from `words` (the stream-K flags) before the launch that raises them.
 void add_zero_words(LaunchPlan& plan, const FastestRequest& fastest, BufferRef words, std::size_t count)
 {
@@ -820,6 +831,9 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
             step.grid(static_cast<std::uint32_t>(count),
                       grid_extent(rows, static_cast<std::size_t>(t.tile_m), kMaxGridYZ, "M"),
                       static_cast<std::uint32_t>(t.split_k));
+        }
+        if (prefill_programmatic(fastest)) {
+            step.define("NBITS_PROGRAMMATIC", 1).programmatic_dependent(true);
         }
         step.block(t.threads())
             .shared_memory(static_cast<std::uint32_t>(shared_bytes), true)

@@ -627,7 +627,10 @@ TEST_CASE("the fused prefill GEMM's planned dynamic shared memory is what the ke
         request.source = &kernels::source_of_entry(kernel.entry);
         request.entries = {kernel.entry};
         request.defines = kernel.defines;
-        request.target = kernel.arch_specific ? jit::Target::ptx(9, 0, true) : jit::Target::ptx(8, 0);
+        // A programmatic launch's griddepcontrol needs compute_90; the other mma.sync kernels build for compute_80.
+        request.target = kernel.arch_specific                       ? jit::Target::ptx(9, 0, true)
+                         : defines(kernel, "NBITS_PROGRAMMATIC=1") ? jit::Target::ptx(9, 0)
+                                                                    : jit::Target::ptx(8, 0);
         const std::string ptx = jit::compile(request).image;
         const std::size_t at = ptx.find(symbol);
         REQUIRE(at != std::string::npos);
@@ -1739,19 +1742,71 @@ TEST_CASE("Fastest decode on sm_90 launches as a programmatic dependent of the k
     test::Problem int4_plain = fastest(node(4096, 128256), rows(1));
     int4_plain.context.overrides = decode_pdl("0");
     CHECK(lm_head.config.dynamic_shared_bytes == test::kernel_step(int4_plain.plan(), 0).config.dynamic_shared_bytes);
-    // Not before sm_90 (no griddepcontrol), not on CUDA cores, not for prefill, not under the original policy.
+    // Not before sm_90 (no griddepcontrol), not on CUDA cores, not under the original policy.
     CHECK_FALSE(test::kernel_step(fastest(node(4096, 128256), rows(1), Capabilities::a100()).plan(), 0)
                     .config.programmatic_dependent);
     CHECK_FALSE(test::kernel_step(fastest(node(4096, 4096), rows(1, DataType::Float32)).plan(), 0)
                     .config.programmatic_dependent);
-    for (const PlanStep& step : fastest(node(4096, 14336), rows(64)).plan().steps) {
-        if (const auto* kernel = std::get_if<KernelStep>(&step)) {
-            CHECK_FALSE(kernel->config.programmatic_dependent);
-        }
-    }
     test::Problem original = fastest(node(4096, 128256), rows(1));
     original.context.policy = KernelPolicy::Original;
     CHECK_FALSE(test::kernel_step(original.plan(), 0).config.programmatic_dependent);
+}
+
+TEST_CASE("Fastest prefill GEMMs on sm_90 launch as programmatic dependents of the kernel before them, the stream-K "
+          "grid's flag zeroing and the dequantise + cuBLASLt route plainly (NBITS_PREFILL_PDL)")
+{
+    // Each kernel step: its entry, whether it launches as a programmatic dependent and defines NBITS_PROGRAMMATIC=1.
+    auto launches = [](const test::Problem& p) {
+        std::vector<std::tuple<std::string, bool, bool>> found;
+        for (const PlanStep& step : p.plan().steps) {
+            if (const auto* kernel = std::get_if<KernelStep>(&step)) {
+                found.emplace_back(kernel->entry, kernel->config.programmatic_dependent,
+                                   defines(*kernel, "NBITS_PROGRAMMATIC=1"));
+            }
+        }
+        return found;
+    };
+    using Launches = std::vector<std::tuple<std::string, bool, bool>>;
+    auto prefill_pdl = [](test::Problem p, const char* value) {
+        p.context.overrides = PlanOverrides::parse({{kPrefillProgrammaticEnv, value}});
+        return p;
+    };
+    // The mma.sync GEMM at M = 16 (128-row tiles), the wgmma GEMM at M = 64 (split-K clusters), the paired node
+    // on TMA-fed tiles, a stream-K grid.
+    CHECK(launches(fastest(node(4096, 128256), rows(16))) == Launches{{"nbits_prefill_gemm", true, true}});
+    CHECK(launches(fastest(node(4096, 14336), rows(64))) == Launches{{"nbits_prefill_gemm", true, true}});
+    CHECK(launches(fastest(test::marked(node(4096, 14336), kGateUpSwigluAttr), rows(512))) ==
+          Launches{{"nbits_prefill_gate_up_tma", true, true}});
+    const test::Problem grid = fastest(node(3584, 18944), rows(512));
+    CHECK(launches(grid) ==
+          Launches{{"nbits_zero_words", false, false}, {"nbits_prefill_gemm_stream_k", true, true}});
+    CHECK(grid.plan().describe().find("programmatic dependent launch") != std::string::npos);
+    // NBITS_PREFILL_PDL=0 launches them plainly, =1 as planned; other values are ignored.
+    CHECK(launches(prefill_pdl(grid, "0")) ==
+          Launches{{"nbits_zero_words", false, false}, {"nbits_prefill_gemm_stream_k", false, false}});
+    CHECK(launches(prefill_pdl(grid, "1")) == launches(grid));
+    CHECK(launches(prefill_pdl(grid, "yes")) == launches(grid));
+    // The decode override leaves them alone.
+    test::Problem decode_off = grid;
+    decode_off.context.overrides = PlanOverrides::parse({{kDecodeProgrammaticEnv, "0"}});
+    CHECK(launches(decode_off) == launches(grid));
+    // Not before sm_90 (no griddepcontrol), not the dequantise + cuBLASLt route's kernels, not under the original
+    // policy.
+    for (const auto& [entry, programmatic, defined] : launches(fastest(node(4096, 14336), rows(64), Capabilities::a100()))) {
+        CAPTURE(entry);
+        CHECK_FALSE(programmatic);
+        CHECK_FALSE(defined);
+    }
+    for (const auto& [entry, programmatic, defined] : launches(fastest(node(4096, 1024), rows(2048)))) {
+        CAPTURE(entry);
+        CHECK(entry.rfind("nbits_prefill_gemm", 0) != 0);
+        CHECK_FALSE(programmatic);
+    }
+    test::Problem original = fastest(node(4096, 14336), rows(64));
+    original.context.policy = KernelPolicy::Original;
+    for (const auto& [entry, programmatic, defined] : launches(original)) {
+        CHECK_FALSE(programmatic);
+    }
 }
 
 TEST_CASE("Fastest decode stages the scales and zero points at M = 1 where the kernel can and it measured faster, "

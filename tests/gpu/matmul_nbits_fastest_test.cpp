@@ -1229,21 +1229,28 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
     }
 }
 
-TEST_CASE("a decode kernel launched as a programmatic dependent reads A only after the kernel before it wrote "
-          "it, eager and in a CUDA graph")
+TEST_CASE("decode and prefill kernels launched as programmatic dependents read A only after the kernel before "
+          "them wrote it, eager and in a CUDA graph")
 {
     CudaRuntime& runtime = matmul_gpu();
     const bool overlapping = runtime.capabilities().compute_major >= 9;
-    // int8 too: its programmatic launches reserve shared memory to keep their CTAs spread over the SMs.
-    for (const std::pair<std::size_t, std::size_t>& rows_and_bits : {std::pair<std::size_t, std::size_t>{1, 4},
-                                                                      std::pair<std::size_t, std::size_t>{9, 4},
-                                                                      std::pair<std::size_t, std::size_t>{1, 8}}) {
-        const std::size_t m = rows_and_bits.first;
-        const std::size_t bits = rows_and_bits.second;
-        // The first node's CTAs loop over many column groups, so that the second node's CTAs start on SMs where
-        // the first one's are done while the rest still write Y1, the second node's A.
-        FastestCase first = feature_case(DataType::Float16, m, bits, 32, false, Bias::None, false, false, 24000, 4096);
-        FastestCase second = feature_case(DataType::Float16, m, bits, 32, true, Bias::Plain, false, false, 3000, 24000);
+    struct Chain {
+        std::size_t m, bits, n1, k1, n2, k2;
+    };
+    // Decode: the first node's CTAs loop over many column groups, so that the second node's CTAs start on SMs
+    // where the first one's are done while the rest still write Y1, the second node's A; int8 too, whose
+    // programmatic launches reserve shared memory to keep their CTAs spread over the SMs. Prefill (sm_90): the
+    // wgmma GEMM in clusters of 4 then the mma.sync GEMM in clusters of 2 (M = 64); the TMA-fed GEMM then a
+    // stream-K grid, whose flags are zeroed between the two (M = 200).
+    for (const Chain& chain : {Chain{1, 4, 24000, 4096, 3000, 24000}, Chain{9, 4, 24000, 4096, 3000, 24000},
+                               Chain{1, 8, 24000, 4096, 3000, 24000}, Chain{64, 4, 8192, 2048, 2048, 8192},
+                               Chain{200, 4, 8192, 1024, 2048, 8192}}) {
+        const std::size_t m = chain.m;
+        const std::size_t bits = chain.bits;
+        FastestCase first =
+            feature_case(DataType::Float16, m, bits, 32, false, Bias::None, false, false, chain.n1, chain.k1);
+        FastestCase second =
+            feature_case(DataType::Float16, m, bits, 32, true, Bias::Plain, false, false, chain.n2, chain.k2);
         CAPTURE(first.describe());
         CAPTURE(second.describe());
         const FastestNode producer = make_node(first, 0xc0a5 + m);
@@ -1263,6 +1270,13 @@ TEST_CASE("a decode kernel launched as a programmatic dependent reads A only aft
         chained[0] = y1.tensor();
         DeviceOutput y2(runtime, DataType::Float16, {m, second.n});
         const std::unique_ptr<ops::MatMulNBits> op2 = fastest_operator(consumer);
+        // Every kernel of the consumer but the stream-K flags' zeroing waits on the kernel before it.
+        for (const ops::PlanStep& step : fastest_plan(consumer).steps) {
+            if (const auto* kernel = std::get_if<ops::KernelStep>(&step)) {
+                CAPTURE(kernel->entry);
+                CHECK(kernel->config.programmatic_dependent == (overlapping && kernel->entry != "nbits_zero_words"));
+            }
+        }
 
         auto check_chain = [&](const char* how) {
             CAPTURE(how);
