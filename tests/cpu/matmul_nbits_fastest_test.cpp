@@ -2062,7 +2062,7 @@ TEST_CASE("Fastest decode splits each column group's K over a thread block clust
     auto step_of = [](const test::Problem& problem) { return test::kernel_step(problem.plan(), 0); };
     // Where the groups fill the CTA slots, none (lm_head, Llama-3-8B down, Phi-3.5 o's 192 groups on 264 slots).
     CHECK(defines(step_of(fastest(node(4096, 128256), rows(1))), "NBITS_CLUSTER_K=1"));
-    CHECK(defines(step_of(fastest(node(14336, 4096), rows(16))), "NBITS_CLUSTER_K=1"));
+    CHECK(defines(step_of(fastest(node(14336, 4096), rows(8))), "NBITS_CLUSTER_K=1"));
     CHECK(defines(step_of(fastest(node(3072, 3072), rows(1))), "NBITS_CLUSTER_K=1"));
     // Where they leave slots idle, the largest of 4 and 2 that covers them in one round with a k step a warp:
     // Qwen2.5-0.5B down (56 groups) at M = 8 and 16 in clusters of 4, at M = 1 (bf16; 19 steps of 256 codes) of 2;
@@ -2112,6 +2112,70 @@ TEST_CASE("Fastest decode splits each column group's K over a thread block clust
     CHECK(cluster_k("4").decode_cluster_k == 4);
     CHECK_FALSE(cluster_k("3").decode_cluster_k.has_value());
     CHECK_FALSE(cluster_k("8").decode_cluster_k.has_value());
+}
+
+TEST_CASE("Fastest decode at M = 9..16 widens the column groups of long-K symmetric int4 nodes into clusters of 2 on "
+          "sm_90, unless an override sets the geometry")
+{
+    auto step_of = [](const test::Problem& problem) { return test::kernel_step(problem.plan(), 0); };
+    // Tiles, column warps and cluster size of the decode step.
+    auto geometry = [&](const test::Problem& problem) {
+        const KernelStep step = step_of(problem);
+        for (int tiles = 1; tiles <= 2; ++tiles) {
+            for (int col_warps = 1; col_warps <= 4; col_warps *= 2) {
+                for (int cluster = 1; cluster <= 4; cluster *= 2) {
+                    if (defines(step, "NBITS_TILES=" + std::to_string(tiles)) &&
+                        defines(step, "NBITS_COL_WARPS=" + std::to_string(col_warps)) &&
+                        defines(step, "NBITS_CLUSTER_K=" + std::to_string(cluster))) {
+                        return std::tuple{tiles, col_warps, cluster};
+                    }
+                }
+            }
+        }
+        return std::tuple{0, 0, 0};
+    };
+    using Geometry = std::tuple<int, int, int>;
+    for (const std::size_t m : {9, 12, 16}) {
+        CAPTURE(m);
+        // Qwen2.5-7B down: 112 groups of two tiles in clusters of 2 (224 of 264 slots, 9 k steps a warp);
+        // Llama-3-8B down: 128 such groups (256 slots, 7 steps).
+        const test::Problem qwen_down = fastest(node(18944, 3584), rows(m));
+        CHECK(geometry(qwen_down) == Geometry{2, 1, 2});
+        CHECK(step_of(qwen_down).config.grid == Dim3{224, 1, 1});
+        CHECK(geometry(fastest(node(14336, 4096), rows(m))) == Geometry{2, 1, 2});
+        // Llama-3-70B down and o: 128 groups of 64 columns (two column warps of two tiles; 28 and 8 steps).
+        const test::Problem down_70b = fastest(node(28672, 8192), rows(m));
+        CHECK(geometry(down_70b) == Geometry{2, 2, 2});
+        CHECK(step_of(down_70b).config.grid == Dim3{256, 1, 1});
+        CHECK(geometry(fastest(node(8192, 8192), rows(m))) == Geometry{2, 2, 2});
+        // bf16 alike; not with zero points (measured slower).
+        CHECK(geometry(fastest(node(14336, 4096), rows(m, DataType::BFloat16))) == Geometry{2, 1, 2});
+        test::Shapes zp = rows(m);
+        zp.zero_points = true;
+        CHECK(std::get<2>(geometry(fastest(node(14336, 4096), zp))) == 1);
+        CHECK(std::get<2>(geometry(fastest(node(28672, 8192), zp))) == 1);
+        // Not where a warp would keep fewer than 7 k steps (Phi-3.5-mini down: 4; Llama-3-8B o: 2), not where the
+        // groups already fill the slots or the clusters would not cover them in one round (Llama-3-70B qkv, 8B up),
+        // not where clusters of 4 would (Qwen2.5-0.5B down), not int8, not the paired node.
+        CHECK(geometry(fastest(node(8192, 3072), rows(m))) == Geometry{1, 1, 1});
+        CHECK(geometry(fastest(node(4096, 4096), rows(m))) == Geometry{1, 1, 1});
+        CHECK(geometry(fastest(node(8192, 10240), rows(m))) == Geometry{1, 1, 1});
+        CHECK(geometry(fastest(node(4096, 14336), rows(m))) == Geometry{2, 1, 1});
+        CHECK(geometry(fastest(node(4864, 896), rows(m))) == Geometry{1, 1, 4});
+        CHECK(std::get<2>(geometry(fastest(node(14336, 4096, 8), rows(m)))) == 1);
+        CHECK(std::get<2>(geometry(fastest(test::marked(node(14336, 4096), kGateUpSwigluAttr), rows(m)))) == 1);
+        // Not before sm_90.
+        CHECK(std::get<2>(geometry(fastest(node(14336, 4096), rows(m), Capabilities::a100()))) == 1);
+        // A tiles, column warps or cluster override sets the geometry instead.
+        CHECK(geometry(with_override(fastest(node(14336, 4096), rows(m)), &PlanOverrides::decode_tiles, 1)) ==
+              Geometry{1, 1, 1});
+        CHECK(geometry(with_override(fastest(node(28672, 8192), rows(m)), &PlanOverrides::decode_col_warps, 1)) ==
+              Geometry{2, 1, 1});
+        CHECK(geometry(with_override(fastest(node(18944, 3584), rows(m)), &PlanOverrides::decode_cluster_k, 1)) ==
+              Geometry{1, 1, 1});
+    }
+    // M <= 8 keeps its rules (Llama-3-8B down at M = 8: one tile, no cluster, the rows of A staged).
+    CHECK(geometry(fastest(node(14336, 4096), rows(8))) == Geometry{1, 1, 1});
 }
 
 TEST_CASE("Fastest decode stages the activations with the weights up to M = 8 unless NBITS_DECODE_STAGE_ACTS=0, up to M = 16 when it is 1")

@@ -1029,6 +1029,43 @@ TEST_CASE("decode with clusters splitting K (NBITS_DECODE_CLUSTER_K) meets the f
     }
 }
 
+TEST_CASE("decode's wide column groups in clusters of 2 at M = 9..16 (two tiles, two column warps) meet the float64 "
+          "oracle, forced and as planned")
+{
+    if (matmul_gpu().capabilities().compute_major < 9) {
+        MESSAGE("thread block clusters need compute capability 9.0: skipped on " << matmul_gpu().capabilities().name);
+        return;
+    }
+    // Every decode case of two batch tiles with two column warps of two tiles each in clusters of 2, K long enough
+    // for the cluster's warps (4096, or 4000 with a partial last step); N = 157 and 160 leave the last group partial.
+    std::uint64_t seed = 0x91de0000ull;
+    {
+        const ScopedEnv tiles(ops::kDecodeTilesEnv, std::string("2"));
+        const ScopedEnv col_warps(ops::kDecodeColWarpsEnv, std::string("2"));
+        const ScopedEnv cluster(ops::kDecodeClusterKEnv, std::string("2"));
+        std::vector<FastestNode> nodes;
+        for (FastestCase c : decode_cases()) {
+            if (c.m >= 9) {
+                c.k = seed % 2 == 0 ? 4096 : 4000;
+                nodes.push_back(make_node(c, seed++));
+            }
+        }
+        check_decode_define(nodes, "NBITS_CLUSTER_K=2", true);
+        check_decode_nodes(nodes);
+    }
+    // As planned on sm_90 with 132 SMs (the H100 and H200): two tiles in clusters of 2 (a long-K down projection's
+    // shape, bf16 with a bias) and two column warps of two tiles (Llama-3-70B o's, fp16).
+    std::vector<FastestNode> planned = {
+        make_node(feature_case(DataType::BFloat16, 12, 4, 32, false, Bias::Plain, false, false, 4096, 14336), seed++),
+        make_node(feature_case(DataType::Float16, 16, 4, 128, false, Bias::None, false, false, 8192, 8192), seed++)};
+    if (matmul_gpu().capabilities().multiprocessor_count == 132) {
+        check_decode_define(planned, "NBITS_CLUSTER_K=2", true);
+        check_decode_define({planned[0]}, "NBITS_TILES=2", true);
+        check_decode_define({planned[1]}, "NBITS_COL_WARPS=2", true);
+    }
+    check_decode_nodes(planned);
+}
+
 TEST_CASE("decode with two chunks a lane per k step (NBITS_DECODE_CHUNKS=2) meets the float64 oracle")
 {
     // Every decode case with two 16-byte chunks a lane and row per k step (256 int4 or 128 int8 codes a step,
