@@ -23,6 +23,11 @@ namespace nbits::ops::detail {
 
 constexpr std::size_t kReservedPerBlock = 1024;
 
+bool programmatic_launch(const PlanContext& context, std::optional<int> forced)
+{
+    return (!forced || *forced == 1) && context.capabilities.compute_major >= 9;
+}
+
 bool resident_on_sm(const Capabilities& device, std::size_t blocks, std::size_t shared_bytes)
 {
     return blocks * (shared_bytes + kReservedPerBlock) <=

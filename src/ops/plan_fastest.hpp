@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 namespace nbits::ops::detail {
 
@@ -49,6 +50,10 @@ bool resident_on_sm(const Capabilities& device, std::size_t blocks, std::size_t 
 // The least dynamic shared memory (a multiple of 16 bytes) with which no more
 // than `blocks` CTAs fit one SM of `device`, whatever their registers allow.
 std::size_t shared_bytes_capping_residency(const Capabilities& device, std::size_t blocks);
+
+// Whether a fused entry launches as a programmatic dependent of the kernel before it: on compute capability 9.0
+// and newer (griddepcontrol), unless its override (NBITS_DECODE_PDL, NBITS_PREFILL_PDL) is 0.
+bool programmatic_launch(const PlanContext& context, std::optional<int> forced);
 
 // Whether the fused GEMM's wide 128-row tiles beat the decode kernel at M = 12..16 (see plan_fastest_prefill.cpp).
 bool wide_small_tiles_pay(const FastestRequest& fastest);

@@ -263,6 +263,24 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
         const bool loaded_as_computed = fastest.m > 1 && !geometry.stage_acts && geometry.warps >= 2;
         geometry.col_warps = loaded_as_computed && (paired || m_tiles == 1) && two_col_warps_pay(geometry.tiles) ? 2 : 1;
     }
+    // K of each column group split over a thread block cluster (compute capability 9.0 and newer, every warp of
+    // the cluster keeping a k step): the grid's CTAs form grid / cluster_k clusters, each taking one group at a
+    // time. It pays where the groups leave CTA slots idle: the largest of 4 and 2 whose clusters still cover every
+    // group in one round. Measured on the H200 (same call, against one CTA a group): Qwen2.5-0.5B down (56
+    // groups) at M = 8 5.72 -> 4.25 us with 4, 4.90 with 2, at M = 16 7.43 -> 5.70; where the split adds rounds
+    // (every other node of the sweep) 2 was slower by 2-60% (lm_head at M = 1 77.1 -> 92.5, Phi-3.5 o 4.07 ->
+    // 7.15), the cluster's barrier and exchange coming once a group.
+    auto splits_k = [&](int cluster_k, std::size_t k_warps) {
+        return static_cast<std::size_t>(cluster_k) * k_warps <= steps;
+    };
+    auto measured_cluster_k = [&](std::size_t groups, std::size_t slots, std::size_t k_warps) {
+        for (const int cluster_k : {4, 2}) {
+            if (splits_k(cluster_k, k_warps) && groups * static_cast<std::size_t>(cluster_k) <= slots) {
+                return cluster_k;
+            }
+        }
+        return 1;
+    };
     // Two batch tiles (M = 9..16) of one symmetric int4 weight set on sm_90: each CTA reads every row of A for its
     // group's K (M x K x 2 bytes a group, loaded as computed), so A's traffic from L2 is 2 M / (16-column tiles a
     // group) times the weights' bytes. Wider groups (two tiles, then two column warps of two tiles: 32 and 64
@@ -276,7 +294,8 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     // keep 4 steps (fp16, M = 16, an earlier call: Phi-3.5-mini down 11.19 -> 11.76 with two tiles, 12.79 with two
     // column warps) or 2 (Llama-3-8B o 7.21 -> 8.67, Qwen2.5-7B o 6.84 -> 8.15), and with zero points (block 32:
     // Llama-3-8B down 24.96 -> 27.36 at M = 12, the others within 2%).
-    const bool overridden = forced_tiles || forced_col_warps || fastest.request.context.overrides.decode_cluster_k;
+    const std::optional<int> forced_cluster_k = fastest.request.context.overrides.decode_cluster_k;
+    const bool overridden = forced_tiles || forced_col_warps || forced_cluster_k;
     if (m_tiles == 2 && sets == 1 && config.bits == 4 && !has_zp && device.compute_major == 9 && !overridden &&
         !geometry.stage_acts && geometry.warps == 8 && fits(base_blocks, 2)) {
         for (const auto& [tiles, col_warps] : {std::pair{2, 2}, std::pair{2, 1}}) {
@@ -285,10 +304,10 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
             }
             const std::size_t wide_groups = groups_of(tiles, col_warps);
             const std::size_t wide_slots = sms * choose_blocks(tiles, col_warps).blocks;
-            const std::size_t warps_splitting_k = 2 * (geometry.warps / static_cast<std::uint32_t>(col_warps));
-            // Clusters of 2 (those of 4 would not cover the groups in one round) filling three quarters of the slots.
-            const bool clusters_of_two = 2 * wide_groups <= wide_slots && 4 * wide_groups > wide_slots;
-            if (clusters_of_two && 8 * wide_groups >= 3 * wide_slots && steps >= 7 * warps_splitting_k) {
+            const std::size_t k_warps = geometry.warps / static_cast<std::uint32_t>(col_warps);
+            // Clusters of 2 (as measured_cluster_k takes them) filling three quarters of the slots.
+            if (measured_cluster_k(wide_groups, wide_slots, k_warps) == 2 && 8 * wide_groups >= 3 * wide_slots &&
+                steps >= 7 * 2 * k_warps) {
                 geometry.tiles = tiles;
                 geometry.col_warps = col_warps;
                 break;
@@ -302,32 +321,19 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     }
     geometry.min_blocks = chosen.blocks;
     geometry.shared_bytes = shared(geometry.tiles);
-    // K of each column group split over a thread block cluster (compute capability 9.0 and newer, every warp of
-    // the cluster keeping a k step): the grid's CTAs form grid / cluster_k clusters, each taking one group at a
-    // time. It pays where the groups leave CTA slots idle: the largest of 4 and 2 whose clusters still cover every
-    // group in one round. Measured on the H200 (same call, against one CTA a group): Qwen2.5-0.5B down (56
-    // groups) at M = 8 5.72 -> 4.25 us with 4, 4.90 with 2, at M = 16 7.43 -> 5.70; where the split adds rounds
-    // (every other node of the sweep) 2 was slower by 2-60% (lm_head at M = 1 77.1 -> 92.5, Phi-3.5 o 4.07 ->
-    // 7.15), the cluster's barrier and exchange coming once a group.
+    // The cluster measured_cluster_k takes, or the override's.
     const std::size_t groups = groups_of(geometry.tiles, geometry.col_warps);
     const std::size_t slots = sms * geometry.min_blocks;
     const std::size_t k_warps = geometry.warps / static_cast<std::uint32_t>(geometry.col_warps);
-    auto splits_k = [&](int cluster_k) { return static_cast<std::size_t>(cluster_k) * k_warps <= steps; };
     geometry.cluster_k = 1;
-    const std::optional<int> forced_cluster_k = fastest.request.context.overrides.decode_cluster_k;
     if (device.compute_major >= 9) {
         if (forced_cluster_k) {
             geometry.cluster_k = *forced_cluster_k;
-            while (geometry.cluster_k > 1 && !splits_k(geometry.cluster_k)) {
+            while (geometry.cluster_k > 1 && !splits_k(geometry.cluster_k, k_warps)) {
                 geometry.cluster_k /= 2;
             }
         } else if (device.compute_major == 9) {  // measured on sm_90 only; the override reaches other cluster GPUs
-            for (const int cluster_k : {4, 2}) {
-                if (splits_k(cluster_k) && groups * static_cast<std::size_t>(cluster_k) <= slots) {
-                    geometry.cluster_k = cluster_k;
-                    break;
-                }
-            }
+            geometry.cluster_k = measured_cluster_k(groups, slots, k_warps);
         }
     }
     // One CTA (or cluster) a group, at most as many as the slots hold.
@@ -401,8 +407,7 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
 bool decode_programmatic(const FastestRequest& fastest)
 {
     const PlanContext& context = fastest.request.context;
-    const std::optional<int> forced = context.overrides.decode_programmatic;
-    return (!forced || *forced == 1) && context.capabilities.compute_major >= 9;
+    return programmatic_launch(context, context.overrides.decode_programmatic);
 }
 
 // A programmatic launch's CTAs take whatever room an SM has left, so where

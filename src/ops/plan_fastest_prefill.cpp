@@ -742,8 +742,7 @@ TailSplit tail_split_for(const FastestRequest& fastest, const PrefillTiles& tile
 bool prefill_programmatic(const FastestRequest& fastest)
 {
     const PlanContext& context = fastest.request.context;
-    const std::optional<int> forced = context.overrides.prefill_programmatic;
-    return (!forced || *forced == 1) && context.capabilities.compute_major >= 9;
+    return programmatic_launch(context, context.overrides.prefill_programmatic);
 }
 
 // Zeroes `count` words from `words` (the stream-K flags) before the launch that raises them.

@@ -85,6 +85,17 @@ bool sets(const KernelStep& step, const std::string& name)
                        [&](const std::string& define) { return define.rfind(name + "=", 0) == 0; });
 }
 
+// The integer the step sets macro `name` to, or nullopt where it sets none.
+std::optional<long long> define_value(const KernelStep& step, const std::string& name)
+{
+    for (const std::string& define : step.defines) {
+        if (define.rfind(name + "=", 0) == 0) {
+            return std::stoll(define.substr(name.size() + 1));
+        }
+    }
+    return std::nullopt;
+}
+
 }  // namespace
 
 TEST_CASE("Fastest prefill: the fused tensor-core GEMM up to M = 128, specialised on the node")
@@ -2118,23 +2129,13 @@ TEST_CASE("Fastest decode at M = 9..16 widens the column groups of long-K symmet
           "sm_90, unless an override sets the geometry")
 {
     auto step_of = [](const test::Problem& problem) { return test::kernel_step(problem.plan(), 0); };
+    using Geometry = std::tuple<std::optional<long long>, std::optional<long long>, std::optional<long long>>;
     // Tiles, column warps and cluster size of the decode step.
     auto geometry = [&](const test::Problem& problem) {
         const KernelStep step = step_of(problem);
-        for (int tiles = 1; tiles <= 2; ++tiles) {
-            for (int col_warps = 1; col_warps <= 4; col_warps *= 2) {
-                for (int cluster = 1; cluster <= 4; cluster *= 2) {
-                    if (defines(step, "NBITS_TILES=" + std::to_string(tiles)) &&
-                        defines(step, "NBITS_COL_WARPS=" + std::to_string(col_warps)) &&
-                        defines(step, "NBITS_CLUSTER_K=" + std::to_string(cluster))) {
-                        return std::tuple{tiles, col_warps, cluster};
-                    }
-                }
-            }
-        }
-        return std::tuple{0, 0, 0};
+        return Geometry{define_value(step, "NBITS_TILES"), define_value(step, "NBITS_COL_WARPS"),
+                        define_value(step, "NBITS_CLUSTER_K")};
     };
-    using Geometry = std::tuple<int, int, int>;
     for (const std::size_t m : {9, 12, 16}) {
         CAPTURE(m);
         // Qwen2.5-7B down: 112 groups of two tiles in clusters of 2 (224 of 264 slots, 9 k steps a warp);
