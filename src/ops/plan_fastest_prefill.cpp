@@ -331,10 +331,11 @@ std::size_t cta_slots(const FastestRequest& fastest, const PrefillTiles& tiles)
 //   1.5x the SMs, else none. qkv M = 64 (48 tiles) 42.1 -> 25.5 us, down
 //   M = 64 (32) 137.9 -> 69.3, o M = 32 (64) 19.4 -> 14.1; 4 was slower on
 //   each (34.1, 76.1, 21.1), as was 2 on up M = 64 (112 tiles, 43.2 -> 48.5).
-// - wgmma GEMM with one row tile (M <= 128): the largest of 4 and 2 that keeps
-//   the grid within the CTAs resident at once (two an SM for 128 weight
-//   rows). qkv M = 128 (48 tiles) 31.4 us split 4 against 38.4 dequantised,
-//   down (32) 80.0 against 101.7, up (112) 48.4 split 2 against 59.0. With
+// - wgmma GEMM with one row tile (M <= 128): of 4, 3 and 2, whose grid the
+//   CTAs resident at once hold (two an SM for 128 weight rows), the fewest k
+//   tiles a CTA, weighed by the SMs given two CTAs (clusters of 3 below).
+//   qkv M = 128 (48 tiles) 31.4 us split 4 against 38.4 dequantised, down
+//   (32) 80.0 against 101.7, up (112) 48.4 split 2 against 59.0. With
 //   two row tiles the split lost or tied (down M = 256: 4 gave 129.9 against
 //   115.5 dequantised; up 92.4 against 85.1). Below 12 M weights the
 //   competing route stays ahead. At M = 65..128 (128-token tiles, against
@@ -348,6 +349,19 @@ std::size_t cta_slots(const FastestRequest& fastest, const PrefillTiles& tiles)
 //   Qwen2.5-7B qkv 28.64 / 28.62 / 28.80 -> 20.35 / 20.67 / 21.23 split 4,
 //   Qwen2.5-7B o 22.02 / 22.02 / 22.19 -> 14.30 / 14.46 / 15.30, Llama-3-8B o
 //   24.11 / 24.86 / 25.23 -> 22.27 / 22.61 / 23.22.
+//   Clusters of 3 (H100 80GB HBM3, 132 SMs as the H200; one process, fp16 int4
+//   block 32 unless named, split 4 or 2 as before -> 3, us): a grid past the
+//   SMs puts two CTAs on some SMs, and those take ~1.5x as long (Nsight
+//   Compute, Qwen2.5-7B qkv M = 128 split 4: 0 to 2 CTAs an SM, the busiest
+//   SM active 40.8 K cycles against 26.4 K on average). Qwen2.5-7B qkv (36
+//   tiles) 4 -> 3, M = 40 / 64 / 96 / 128: 18.54 / 19.22 / 23.28 / 24.69 ->
+//   15.06 / 15.30 / 18.67 / 19.47 (bf16, block 128, zero points, M = 64:
+//   21.60 -> 17.14); Phi-3.5-mini qkv (72 tiles) 2 -> 3: 24.43 / 24.61 /
+//   28.70 / 29.42 -> 20.42 / 21.34 / 26.46 / 27.22 (bf16 zero points M = 64
+//   28.21 -> 23.39). Kept: Llama-3-8B qkv (48 tiles) 4 (3: 21.39 -> 24.85 at
+//   M = 64, 27.44 -> 30.06 at 128), Llama-3-70B qkv (80 tiles) 2 (3, 240 of
+//   the 264 slots: 53.50 -> 56.96, 61.97 -> 73.26), Qwen2.5-7B o (28 tiles)
+//   4 (5: 13.42 -> 17.90 at M = 40).
 // - the 128-row tiles at M = 12..32: wide_small_tiles_split.
 std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& tiles)
 {
@@ -366,12 +380,25 @@ std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& 
             config.k * config.n < kSplitWgmmaMinWeights) {
             return 1;
         }
-        for (const std::size_t split : {std::size_t{4}, std::size_t{2}}) {
-            if (output_tiles * split <= cta_slots(fastest, tiles)) {
-                return split;
+        // Of the splits whose grid the slots hold (clusters of 3 only with an eighth of them to spare: they
+        // do not pack a GPC's slots evenly), the fewest k tiles a CTA, a k tile costing 3/2 where the grid
+        // puts a second CTA on some SM (what a lone CTA an SM gains, see the comment above).
+        const std::size_t k_tiles = div_ceil(config.k, static_cast<std::size_t>(tiles.tile_k));
+        const std::size_t slots = cta_slots(fastest, tiles);
+        std::size_t best = 1;
+        std::size_t best_cost = 0;
+        for (const std::size_t split : {std::size_t{4}, std::size_t{3}, std::size_t{2}}) {
+            const std::size_t ctas = output_tiles * split;
+            if (split == 3 ? 8 * ctas > 7 * slots : ctas > slots) {
+                continue;
+            }
+            const std::size_t cost = div_ceil(k_tiles, split) * (ctas > sms ? 3 : 2);
+            if (best == 1 || cost < best_cost) {
+                best = split;
+                best_cost = cost;
             }
         }
-        return 1;
+        return best;
     }
     return fastest.m <= 64 && 4 * output_tiles <= 3 * sms ? 2 : 1;
 }

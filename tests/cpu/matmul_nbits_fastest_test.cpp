@@ -343,15 +343,24 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
           "nbits_prefill_fused");
     CHECK(fastest(test::marked(node(3584, 2048), kGateUpSwigluAttr), rows(128), a100).plan().variant ==
           "nbits_prefill_dequantize_cublaslt");
-    // On the H200 the wgmma GEMM splits over clusters of 4 to fill the SMs from 12 M weights (Qwen2.5-7B o,
-    // 12.8 M; qkv 16.5 M; Llama-3-8B o 16.8 M, qkv 25.2 M); below (Phi-3.5-mini o, 9.4 M) the dequantise +
-    // cuBLASLt route measured faster.
-    for (const auto& [k, n, tiles] : {std::tuple{3584, 3584, 28}, std::tuple{3584, 4608, 36},
-                                      std::tuple{4096, 4096, 32}, std::tuple{4096, 6144, 48}}) {
+    // On the H200 the wgmma GEMM splits K to fill the SMs from 12 M weights (Qwen2.5-7B o, 12.8 M; qkv 16.5 M;
+    // Llama-3-8B o 16.8 M, qkv 25.2 M; Phi-3.5-mini qkv 28.3 M; Llama-3-70B qkv 83.9 M); below (Phi-3.5-mini o,
+    // 9.4 M) the dequantise + cuBLASLt route measured faster. Over clusters of 4 where that keeps a CTA an SM
+    // or halves a CTA's k tiles against 2; over 3 where 4 would put two CTAs on a few SMs (Qwen2.5-7B qkv: 108
+    // CTAs, not 144) or not fit (Phi-3.5-mini qkv: 216 of the 264 slots), unless 3 leaves less than an eighth
+    // of the slots (Llama-3-70B qkv: 240, so 2).
+    for (const auto& [k, n, tiles, split] :
+         {std::tuple{3584, 3584, 28, 4}, std::tuple{3584, 4608, 36, 3}, std::tuple{4096, 4096, 32, 4},
+          std::tuple{4096, 6144, 48, 4}, std::tuple{3072, 9216, 72, 3}, std::tuple{8192, 10240, 80, 2}}) {
         CAPTURE(n);
-        const LaunchPlan h200 = fastest(node(k, n), rows(128)).plan();
-        CHECK(h200.variant == "nbits_prefill_wgmma");
-        CHECK(test::kernel_step(h200, 0).config.grid == Dim3{static_cast<std::uint32_t>(tiles), 1, 4});
+        for (const std::size_t m : {40, 64, 128}) {
+            CAPTURE(m);
+            const LaunchPlan h200 = fastest(node(k, n), rows(m)).plan();
+            CHECK(h200.variant == "nbits_prefill_wgmma");
+            const Dim3 grid{static_cast<std::uint32_t>(tiles), 1, static_cast<std::uint32_t>(split)};
+            CHECK(test::kernel_step(h200, 0).config.grid == grid);
+            CHECK(test::kernel_step(fastest(node(k, n), rows(m, DataType::BFloat16)).plan(), 0).config.grid == grid);
+        }
     }
     CHECK(fastest(node(3072, 3072), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
     CHECK(fastest(node(3072, 3072), rows(80)).plan().variant == "nbits_prefill_dequantize_cublaslt");
