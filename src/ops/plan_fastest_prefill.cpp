@@ -325,15 +325,31 @@ std::size_t cta_slots(const FastestRequest& fastest, const PrefillTiles& tiles)
     return static_cast<std::size_t>(tiles.min_ctas) * fastest.request.context.capabilities.multiprocessor_count;
 }
 
+// Thread block clusters of `size` CTAs that run at once on `sms` SMs of compute capability 9.0, one CTA an SM:
+// a cluster takes SMs of one GPC, and GPCs of unequal SM counts leave some idle (the H100 80GB HBM3's 132 SMs
+// run 66 clusters of 2, 39 of 3 and 30 of 4, see measured_split_k). Two CTAs an SM run twice as many.
+std::size_t clusters_a_cta_an_sm(std::size_t sms, std::size_t size)
+{
+    switch (size) {
+    case 3:
+        return sms * 8 / 9 / 3;
+    case 4:
+        return sms * 10 / 11 / 4;
+    default:
+        return sms / size;
+    }
+}
+
 // The split the H200 measured fastest for a grid of `output_tiles` short of
 // the SMs (nbits-bench, fp16 int4 block 32, Llama-3-8B, split 1/2/4/8 each):
 // - mma.sync GEMM (M <= 64, two CTAs an SM): 2 while two CTAs a tile fit in
 //   1.5x the SMs, else none. qkv M = 64 (48 tiles) 42.1 -> 25.5 us, down
 //   M = 64 (32) 137.9 -> 69.3, o M = 32 (64) 19.4 -> 14.1; 4 was slower on
 //   each (34.1, 76.1, 21.1), as was 2 on up M = 64 (112 tiles, 43.2 -> 48.5).
-// - wgmma GEMM with one row tile (M <= 128): of 4, 3 and 2, whose grid the
-//   CTAs resident at once hold (two an SM for 128 weight rows), the fewest k
-//   tiles a CTA, weighed by the SMs given two CTAs (clusters of 3 below).
+// - wgmma GEMM with one row tile (M <= 128): of 4, 3 and 2, whose clusters
+//   run in one round and whose grid keeps the wgmma route (three quarters of
+//   the SMs), the fewest k tiles a CTA, weighed by the SMs given two CTAs
+//   (clusters of 3 and the rounds of clusters below).
 //   qkv M = 128 (48 tiles) 31.4 us split 4 against 38.4 dequantised, down
 //   (32) 80.0 against 101.7, up (112) 48.4 split 2 against 59.0. With
 //   two row tiles the split lost or tied (down M = 256: 4 gave 129.9 against
@@ -350,8 +366,8 @@ std::size_t cta_slots(const FastestRequest& fastest, const PrefillTiles& tiles)
 //   Qwen2.5-7B o 22.02 / 22.02 / 22.19 -> 14.30 / 14.46 / 15.30, Llama-3-8B o
 //   24.11 / 24.86 / 25.23 -> 22.27 / 22.61 / 23.22.
 //   Clusters of 3 (H100 80GB HBM3, 132 SMs as the H200; one process, fp16 int4
-//   block 32 unless named, split 4 or 2 as before -> 3, us): a grid past the
-//   SMs puts two CTAs on some SMs, and those take ~1.5x as long (Nsight
+//   block 32 unless named, split 4 or 2 as before -> 3, us): clusters past
+//   those that run a CTA an SM put two CTAs on some SMs (Nsight
 //   Compute, Qwen2.5-7B qkv M = 128 split 4: 0 to 2 CTAs an SM, the busiest
 //   SM active 40.8 K cycles against 26.4 K on average). Qwen2.5-7B qkv (36
 //   tiles) 4 -> 3, M = 40 / 64 / 96 / 128: 18.54 / 19.22 / 23.28 / 24.69 ->
@@ -359,9 +375,20 @@ std::size_t cta_slots(const FastestRequest& fastest, const PrefillTiles& tiles)
 //   21.60 -> 17.14); Phi-3.5-mini qkv (72 tiles) 2 -> 3: 24.43 / 24.61 /
 //   28.70 / 29.42 -> 20.42 / 21.34 / 26.46 / 27.22 (bf16 zero points M = 64
 //   28.21 -> 23.39). Kept: Llama-3-8B qkv (48 tiles) 4 (3: 21.39 -> 24.85 at
-//   M = 64, 27.44 -> 30.06 at 128), Llama-3-70B qkv (80 tiles) 2 (3, 240 of
-//   the 264 slots: 53.50 -> 56.96, 61.97 -> 73.26), Qwen2.5-7B o (28 tiles)
+//   M = 64, 27.44 -> 30.06 at 128), Llama-3-70B qkv (80 tiles) 2 (3, 80
+//   clusters past 79: 53.50 -> 56.96, 61.97 -> 73.26), Qwen2.5-7B o (28 tiles)
 //   4 (5: 13.42 -> 17.90 at M = 40).
+//   Rounds of clusters (H100 80GB HBM3, 132 SMs; cudaOccupancyMaxActiveClusters
+//   of a kernel of 120 KB of shared memory, one CTA an SM, and of 108 KB, two):
+//   a cluster's CTAs share a GPC, so 66 clusters of 2 run at once one CTA an SM
+//   (132 CTAs), 39 of 3 (117) and 30 of 4 (120); two an SM 132, 79 and 62. The
+//   grids the rule took past those waited for a second round or doubled up SMs
+//   (one process, fp16 int4 block 32, M = 48 / 64 / 128, split 4 -> 2, us):
+//   Llama-3-70B o (64 tiles: 64 clusters of 4, two over 62) 47.02 / 47.95 /
+//   61.95 -> 34.08 / 34.58 / 40.24, down 134.38 / 134.51 / 172.16 -> 100.27 /
+//   100.27 / 117.89 (split 3: 40.37 / 40.35 / 49.18 and 115.10 / 114.16 /
+//   138.27). A k tile on an SM given two CTAs costs ~5/3 of a lone CTA's
+//   there (Qwen2.5-7B qkv 15.62 us split 3 a CTA an SM, 19.26 split 4).
 // - the 128-row tiles at M = 12..32: wide_small_tiles_split.
 std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& tiles)
 {
@@ -380,19 +407,19 @@ std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& 
             config.k * config.n < kSplitWgmmaMinWeights) {
             return 1;
         }
-        // Of the splits whose grid the slots hold (clusters of 3 only with an eighth of them to spare: they
-        // do not pack a GPC's slots evenly), the fewest k tiles a CTA, a k tile costing 3/2 where the grid
-        // puts a second CTA on some SM (what a lone CTA an SM gains, see the comment above).
+        // Of the splits whose clusters run in one round and whose grid keeps the wgmma route (three quarters of
+        // the SMs), the fewest k tiles a CTA, a k tile costing 5/3 where the clusters need a second CTA on
+        // some SMs.
         const std::size_t k_tiles = div_ceil(config.k, static_cast<std::size_t>(tiles.tile_k));
-        const std::size_t slots = cta_slots(fastest, tiles);
         std::size_t best = 1;
         std::size_t best_cost = 0;
         for (const std::size_t split : {std::size_t{4}, std::size_t{3}, std::size_t{2}}) {
-            const std::size_t ctas = output_tiles * split;
-            if (split == 3 ? 8 * ctas > 7 * slots : ctas > slots) {
+            const std::size_t lone = clusters_a_cta_an_sm(sms, split);
+            if (output_tiles > lone * static_cast<std::size_t>(tiles.min_ctas) ||
+                4 * output_tiles * split < 3 * sms) {
                 continue;
             }
-            const std::size_t cost = div_ceil(k_tiles, split) * (ctas > sms ? 3 : 2);
+            const std::size_t cost = div_ceil(k_tiles, split) * (output_tiles > lone ? 5 : 3);
             if (best == 1 || cost < best_cost) {
                 best = split;
                 best_cost = cost;

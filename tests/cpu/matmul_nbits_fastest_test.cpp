@@ -345,13 +345,18 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
           "nbits_prefill_dequantize_cublaslt");
     // On the H200 the wgmma GEMM splits K to fill the SMs from 12 M weights (Qwen2.5-7B o, 12.8 M; qkv 16.5 M;
     // Llama-3-8B o 16.8 M, qkv 25.2 M; Phi-3.5-mini qkv 28.3 M; Llama-3-70B qkv 83.9 M); below (Phi-3.5-mini o,
-    // 9.4 M) the dequantise + cuBLASLt route measured faster. Over clusters of 4 where that keeps a CTA an SM
-    // or halves a CTA's k tiles against 2; over 3 where 4 would put two CTAs on a few SMs (Qwen2.5-7B qkv: 108
-    // CTAs, not 144) or not fit (Phi-3.5-mini qkv: 216 of the 264 slots), unless 3 leaves less than an eighth
-    // of the slots (Llama-3-70B qkv: 240, so 2).
+    // 9.4 M) the dequantise + cuBLASLt route measured faster. Of clusters of 4, 3 and 2 that run in one round
+    // on the H200's 132 SMs (30, 39 and 66 a CTA an SM, twice as many two an SM) and keep three quarters of
+    // the SMs busy, the fewest k tiles a CTA, weighed 5/3 where SMs take two CTAs: 4 where that keeps a CTA an
+    // SM (Qwen2.5-7B o, 28 clusters) or halves a CTA's k tiles against 2 (Llama-3-8B qkv: 48 clusters); 3
+    // where 4 would put two CTAs on some SMs (Qwen2.5-7B qkv, 36 clusters) or need a second round (Phi-3.5-mini
+    // qkv: 72 clusters, 62 of 4 fit); 2 where 3 and 4 would need a second round (Llama-3-70B qkv, 80 clusters)
+    // or only 2 keeps a CTA an SM (Llama-3-70B o and down: 64 clusters). Llama-3-8B o (32 tiles) keeps 4: 3
+    // would leave the wgmma route (96 CTAs).
     for (const auto& [k, n, tiles, split] :
          {std::tuple{3584, 3584, 28, 4}, std::tuple{3584, 4608, 36, 3}, std::tuple{4096, 4096, 32, 4},
-          std::tuple{4096, 6144, 48, 4}, std::tuple{3072, 9216, 72, 3}, std::tuple{8192, 10240, 80, 2}}) {
+          std::tuple{4096, 6144, 48, 4}, std::tuple{3072, 9216, 72, 3}, std::tuple{8192, 10240, 80, 2},
+          std::tuple{8192, 8192, 64, 2}, std::tuple{28672, 8192, 64, 2}}) {
         CAPTURE(n);
         for (const std::size_t m : {40, 64, 128}) {
             CAPTURE(m);
