@@ -266,16 +266,18 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     // K of each column group split over a thread block cluster (compute capability 9.0 and newer, every warp of
     // the cluster keeping a k step): the grid's CTAs form grid / cluster_k clusters, each taking one group at a
     // time. It pays where the groups leave CTA slots idle: the largest of 4 and 2 whose clusters still cover every
-    // group in one round. Measured on the H200 (same call, against one CTA a group): Qwen2.5-0.5B down (56
-    // groups) at M = 8 5.72 -> 4.25 us with 4, 4.90 with 2, at M = 16 7.43 -> 5.70; where the split adds rounds
-    // (every other node of the sweep) 2 was slower by 2-60% (lm_head at M = 1 77.1 -> 92.5, Phi-3.5 o 4.07 ->
-    // 7.15), the cluster's barrier and exchange coming once a group.
+    // group in one round, counting the clusters the GPCs run at once (clusters_a_cta_an_sm). Measured on the H200
+    // (same call, against one CTA a group): Qwen2.5-0.5B down (56 groups) at M = 8 5.72 -> 4.25 us with 4, 4.90
+    // with 2, at M = 16 7.43 -> 5.70; where the split adds rounds (every other node of the sweep) 2 was slower by
+    // 2-60% (lm_head at M = 1 77.1 -> 92.5, Phi-3.5 o 4.07 -> 7.15), the cluster's barrier and exchange coming
+    // once a group.
     auto splits_k = [&](int cluster_k, std::size_t k_warps) {
         return static_cast<std::size_t>(cluster_k) * k_warps <= steps;
     };
-    auto measured_cluster_k = [&](std::size_t groups, std::size_t slots, std::size_t k_warps) {
+    auto measured_cluster_k = [&](std::size_t groups, std::size_t blocks, std::size_t k_warps) {
         for (const int cluster_k : {4, 2}) {
-            if (splits_k(cluster_k, k_warps) && groups * static_cast<std::size_t>(cluster_k) <= slots) {
+            if (splits_k(cluster_k, k_warps) &&
+                groups <= clusters_a_cta_an_sm(sms, static_cast<std::size_t>(cluster_k)) * blocks) {
                 return cluster_k;
             }
         }
@@ -303,10 +305,11 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
                 break;  // no wider than the groups chosen above
             }
             const std::size_t wide_groups = groups_of(tiles, col_warps);
-            const std::size_t wide_slots = sms * choose_blocks(tiles, col_warps).blocks;
+            const std::size_t wide_blocks = choose_blocks(tiles, col_warps).blocks;
+            const std::size_t wide_slots = sms * wide_blocks;
             const std::size_t k_warps = geometry.warps / static_cast<std::uint32_t>(col_warps);
             // Clusters of 2 (as measured_cluster_k takes them) filling three quarters of the slots.
-            if (measured_cluster_k(wide_groups, wide_slots, k_warps) == 2 && 8 * wide_groups >= 3 * wide_slots &&
+            if (measured_cluster_k(wide_groups, wide_blocks, k_warps) == 2 && 8 * wide_groups >= 3 * wide_slots &&
                 steps >= 7 * 2 * k_warps) {
                 geometry.tiles = tiles;
                 geometry.col_warps = col_warps;
@@ -333,7 +336,7 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
                 geometry.cluster_k /= 2;
             }
         } else if (device.compute_major == 9) {  // measured on sm_90 only; the override reaches other cluster GPUs
-            geometry.cluster_k = measured_cluster_k(groups, slots, k_warps);
+            geometry.cluster_k = measured_cluster_k(groups, geometry.min_blocks, k_warps);
         }
     }
     // One CTA (or cluster) a group, at most as many as the slots hold.

@@ -121,6 +121,8 @@ constexpr std::size_t kSplitWgmmaMinWeights = 12000000;
 constexpr PrefillTiles kWideSmallTiles{128, 16, 128, 4, 1, 2, 4, 2};
 constexpr std::size_t kWideTilesMinM = 12;
 constexpr std::size_t kWideTilesMaxM = 32;
+// The least K at which the mma.sync GEMM splits a grid short of the SMs over clusters of 4 (measured_split_k).
+constexpr std::size_t kDeepSplitMinK = 8192;
 
 // The K split of kWideSmallTiles where they take the node (wide_small_tiles_pay): 1 by the measured rule below,
 // 2 (clusters of 2 CTAs) with NBITS_PREFILL_WIDE_SPLIT=1 where only the split grid fills four fifths of a round
@@ -325,27 +327,20 @@ std::size_t cta_slots(const FastestRequest& fastest, const PrefillTiles& tiles)
     return static_cast<std::size_t>(tiles.min_ctas) * fastest.request.context.capabilities.multiprocessor_count;
 }
 
-// Thread block clusters of `size` CTAs that run at once on `sms` SMs of compute capability 9.0, one CTA an SM:
-// a cluster takes SMs of one GPC, and GPCs of unequal SM counts leave some idle (the H100 80GB HBM3's 132 SMs
-// run 66 clusters of 2, 39 of 3 and 30 of 4, see measured_split_k). Two CTAs an SM run twice as many.
-std::size_t clusters_a_cta_an_sm(std::size_t sms, std::size_t size)
-{
-    switch (size) {
-    case 3:
-        return sms * 8 / 9 / 3;
-    case 4:
-        return sms * 10 / 11 / 4;
-    default:
-        return sms / size;
-    }
-}
-
 // The split the H200 measured fastest for a grid of `output_tiles` short of
 // the SMs (nbits-bench, fp16 int4 block 32, Llama-3-8B, split 1/2/4/8 each):
 // - mma.sync GEMM (M <= 64, two CTAs an SM): 2 while two CTAs a tile fit in
 //   1.5x the SMs, else none. qkv M = 64 (48 tiles) 42.1 -> 25.5 us, down
 //   M = 64 (32) 137.9 -> 69.3, o M = 32 (64) 19.4 -> 14.1; 4 was slower on
-//   each (34.1, 76.1, 21.1), as was 2 on up M = 64 (112 tiles, 43.2 -> 48.5).
+//   each (34.1, 76.1, 21.1: 32 clusters of 4 and more, past the 30 that run a
+//   CTA an SM), as was 2 on up M = 64 (112 tiles, 43.2 -> 48.5). At M = 33..64
+//   and K >= 8192, 4 where the clusters run a CTA an SM (H100 80GB HBM3, four
+//   processes, split 2 -> 4, M = 33 / 64, us): Phi-3.5-mini down (24 tiles,
+//   K = 8192) fp16 37.76 / 38.62 -> 23.97 / 25.90 (another process, M = 48 / 64:
+//   38.53 / 38.64 -> 26.05 / 26.35), bf16 block 128 zero points 39.87 / 42.51
+//   -> 25.01 / 27.57, int8 40.86 / 42.06 -> 25.97 / 27.82; not at K = 3072
+//   (Phi-3.5-mini o, 24 tiles, M = 64: fp16 14.85 -> 16.24, int8 16.11 ->
+//   20.53).
 // - wgmma GEMM with one row tile (M <= 128): of 4, 3 and 2, whose clusters
 //   run in one round and whose grid keeps the wgmma route (three quarters of
 //   the SMs), the fewest k tiles a CTA, weighed by the SMs given two CTAs
@@ -427,7 +422,14 @@ std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& 
         }
         return best;
     }
-    return fastest.m <= 64 && 4 * output_tiles <= 3 * sms ? 2 : 1;
+    if (fastest.m > 64) {
+        return 1;
+    }
+    if (fastest.m > kWideTilesMaxM && fastest.request.config.k >= kDeepSplitMinK &&
+        output_tiles <= clusters_a_cta_an_sm(sms, 4)) {
+        return 4;
+    }
+    return 4 * output_tiles <= 3 * sms ? 2 : 1;
 }
 
 // CTAs splitting the K of one output tile of `tiles`: a thread block cluster

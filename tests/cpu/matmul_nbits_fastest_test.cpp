@@ -369,6 +369,17 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
     }
     CHECK(fastest(node(3072, 3072), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
     CHECK(fastest(node(3072, 3072), rows(80)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    // Phi-3.5-mini down (24 column tiles: its wgmma grid short of three quarters of the SMs even split 4) takes
+    // the mma.sync GEMM, which splits K = 8192 over clusters of 4 at M = 33..64 (24 of them run a CTA an SM),
+    // over 2 below; Phi-3.5-mini o (K = 3072) keeps 2.
+    for (const std::size_t m : {33, 48, 64}) {
+        CAPTURE(m);
+        const LaunchPlan down = fastest(node(8192, 3072), rows(m)).plan();
+        CHECK(down.variant == "nbits_prefill_fused");
+        CHECK(test::kernel_step(down, 0).config.grid == Dim3{24, 1, 4});
+    }
+    CHECK(test::kernel_step(fastest(node(8192, 3072), rows(32)).plan(), 0).config.grid == Dim3{48, 1, 2});
+    CHECK(test::kernel_step(fastest(node(3072, 3072), rows(48)).plan(), 0).config.grid == Dim3{48, 2, 2});
 }
 
 TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM for 32 < M <= 256 when its grid fills three quarters of the SMs, "
@@ -1508,13 +1519,17 @@ TEST_CASE("Fastest decode: one persistent pass over the weights for M = 1..16, g
     // A 46-SM part gets a smaller persistent grid.
     const LaunchPlan small = fastest(node(4096, 128256), rows(1), Capabilities::sm89_46()).plan();
     CHECK(test::kernel_step(small, 0).config.grid == Dim3{92, 1, 1});
-    // Two batch tiles past M = 8; one tile per CTA when the columns do not fill the grid, and then the 64 groups'
-    // K split over clusters of 4 CTAs.
-    const LaunchPlan m16 = fastest(node(8192, 1024), rows(16)).plan();
+    // Two batch tiles past M = 8; one tile per CTA when the columns do not fill the grid, and then the 56 groups'
+    // K split over clusters of 4 CTAs (the GPCs of 132 SMs run 30 of them a CTA an SM, 60 two an SM) ...
+    const LaunchPlan m16 = fastest(node(8192, 896), rows(16)).plan();
     CHECK(defines(test::kernel_step(m16, 0), "NBITS_M_TILES=2"));
     CHECK(defines(test::kernel_step(m16, 0), "NBITS_TILES=1"));
     CHECK(defines(test::kernel_step(m16, 0), "NBITS_CLUSTER_K=4"));
-    CHECK(test::kernel_step(m16, 0).config.grid == Dim3{4 * 64, 1, 1});
+    CHECK(test::kernel_step(m16, 0).config.grid == Dim3{4 * 56, 1, 1});
+    // ... and 64 groups over clusters of 2, as 64 clusters of 4 would not run in one round.
+    const LaunchPlan m16_wide = fastest(node(8192, 1024), rows(16)).plan();
+    CHECK(defines(test::kernel_step(m16_wide, 0), "NBITS_CLUSTER_K=2"));
+    CHECK(test::kernel_step(m16_wide, 0).config.grid == Dim3{2 * 64, 1, 1});
     // int8: 64-code steps; K = 128 gives 2 of them, so 2 warps.
     const LaunchPlan int8 = fastest(node(128, 512, 8), rows(1)).plan();
     CHECK(test::kernel_step(int8, 0).config.block == Dim3{64, 1, 1});
