@@ -327,6 +327,17 @@ std::size_t cta_slots(const FastestRequest& fastest, const PrefillTiles& tiles)
     return static_cast<std::size_t>(tiles.min_ctas) * fastest.request.context.capabilities.multiprocessor_count;
 }
 
+// Whether a wgmma grid of `ctas` CTAs of `tiles` keeps enough of the device busy to beat dequantise + cuBLASLt:
+// three quarters of the SMs up to M = 256, every CTA slot past it (see wgmma_prefill).
+bool wgmma_grid_fills(const FastestRequest& fastest, const PrefillTiles& tiles, std::size_t ctas)
+{
+    const std::size_t sms = fastest.request.context.capabilities.multiprocessor_count;
+    if (fastest.m > kWgmmaMaxM) {
+        return ctas >= cta_slots(fastest, tiles);
+    }
+    return 4 * ctas >= 3 * sms;
+}
+
 // The split the H200 measured fastest for a grid of `output_tiles` short of
 // the SMs (nbits-bench, fp16 int4 block 32, Llama-3-8B, split 1/2/4/8 each):
 // - mma.sync GEMM (M <= 64, two CTAs an SM): 2 while two CTAs a tile fit in
@@ -411,7 +422,7 @@ std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& 
         for (const std::size_t split : {std::size_t{4}, std::size_t{3}, std::size_t{2}}) {
             const std::size_t lone = clusters_a_cta_an_sm(sms, split);
             if (output_tiles > lone * static_cast<std::size_t>(tiles.min_ctas) ||
-                4 * output_tiles * split < 3 * sms) {
+                !wgmma_grid_fills(fastest, tiles, output_tiles * split)) {
                 continue;
             }
             const std::size_t cost = div_ceil(k_tiles, split) * (output_tiles > lone ? 5 : 3);
@@ -617,17 +628,6 @@ bool stream_k_units_fit(const FastestRequest& fastest, const PrefillTiles& tiles
 std::size_t stream_k_partial_bytes(const PrefillTiles& tiles)
 {
     return static_cast<std::size_t>(32 * tiles.warps_n) * static_cast<std::size_t>(tiles.tile_m / 2) * sizeof(float);
-}
-
-// Whether a wgmma grid of `ctas` CTAs of `tiles` keeps enough of the device busy to beat dequantise + cuBLASLt:
-// three quarters of the SMs up to M = 256, every CTA slot past it (see wgmma_prefill).
-bool wgmma_grid_fills(const FastestRequest& fastest, const PrefillTiles& tiles, std::size_t ctas)
-{
-    const std::size_t sms = fastest.request.context.capabilities.multiprocessor_count;
-    if (fastest.m > kWgmmaMaxM) {
-        return ctas >= cta_slots(fastest, tiles);
-    }
-    return 4 * ctas >= 3 * sms;
 }
 
 // The wgmma GEMM's tiles: 64 tokens (wgmma m64n64k16) of 128 weight rows for M <= 64; above, 128 tokens of
