@@ -245,7 +245,8 @@ PlanOverrides parse_overrides(const jit::EnvLookup& variable)
     overrides.prefill_wgmma_min_m =
         accepted(variable(kPrefillWgmmaMinMEnv), [](std::uint32_t rows) { return rows >= 17 && rows <= 65; });
     overrides.prefill_wgmma_tile_m =
-        accepted(variable(kPrefillWgmmaTileMEnv), [](std::uint32_t tokens) { return tokens == 128 || tokens == 256; });
+        accepted(variable(kPrefillWgmmaTileMEnv),
+                 [](std::uint32_t tokens) { return tokens == 64 || tokens == 128 || tokens == 256; });
     overrides.prefill_producer_warps = accepted(variable(kPrefillProducerWarpsEnv),
                                                 [](std::uint32_t warps) { return warps <= 2 || warps == 4; });
     overrides.prefill_tma = accepted(variable(kPrefillTmaEnv), [](std::uint32_t on) { return on <= 1; });

@@ -6,7 +6,8 @@
 //   16 < M <= 128   matmul_prefill.cu: fused dequantising tensor-core GEMM (past M = 64
 //                   only when its grid fills half the SMs)
 //   M > 32          on sm_90: the same GEMM on warpgroup MMA (wgmma, compute_90a; tiles of
-//                   64 tokens up to M = 64, of 128 up to M = 128 and of 256 past it, those two
+//                   64 tokens up to M = 64 (at M = 65..128 in two rows where their split costs
+//                   less), of 128 up to M = 128 and of 256 past it, those two
 //                   fed by the tensor memory accelerator) when its grid fills three quarters
 //                   of the SMs (past M = 256: every CTA slot); without the tensor memory
 //                   accelerator 128-token tiles up to M = 512 (the paired node up to 1024, and

@@ -338,6 +338,43 @@ bool wgmma_grid_fills(const FastestRequest& fastest, const PrefillTiles& tiles, 
     return 4 * ctas >= 3 * sms;
 }
 
+// The cheapest split of a wgmma grid of `tiles` over clusters of 4, 3 or 2 CTAs (measured_split_k): of those
+// whose clusters run in one round and whose grid keeps the wgmma route (three quarters of the SMs), the fewest
+// k tiles a CTA, a k tile costing 5/3 where the clusters need a second CTA on some SMs, and a 128-token k tile
+// 4/3 of a 64-token one (see wgmma_tiles). Split 1 and cost 0 where none qualifies: nodes of fewer than
+// kSplitWgmmaMinWeights weights, and grids of more than one row tile but the 64-token tiles' two at M = 65..128.
+struct WgmmaSplit {
+    std::size_t split = 1;
+    std::size_t cost = 0;
+};
+
+WgmmaSplit cheapest_wgmma_split(const FastestRequest& fastest, const PrefillTiles& tiles)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    const std::size_t sms = fastest.request.context.capabilities.multiprocessor_count;
+    const std::size_t row_tiles = div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m));
+    const bool small_pair = tiles.small_wgmma_tiles() && row_tiles == 2;
+    if ((row_tiles != 1 && !small_pair) || config.k * config.n < kSplitWgmmaMinWeights) {
+        return {};
+    }
+    const std::size_t output_tiles = prefill_output_tiles(fastest, tiles);
+    const std::size_t k_tiles = div_ceil(config.k, static_cast<std::size_t>(tiles.tile_k));
+    const std::size_t tile_cost = tiles.small_wgmma_tiles() ? 3 : 4;
+    WgmmaSplit best;
+    for (const std::size_t split : {std::size_t{4}, std::size_t{3}, std::size_t{2}}) {
+        const std::size_t lone = clusters_a_cta_an_sm(sms, split);
+        if (output_tiles > lone * static_cast<std::size_t>(tiles.min_ctas) ||
+            !wgmma_grid_fills(fastest, tiles, output_tiles * split)) {
+            continue;
+        }
+        const std::size_t cost = div_ceil(k_tiles, split) * (output_tiles > lone ? 5 : 3) * tile_cost;
+        if (best.cost == 0 || cost < best.cost) {
+            best = {split, cost};
+        }
+    }
+    return best;
+}
+
 // The split the H200 measured fastest for a grid of `output_tiles` short of
 // the SMs (nbits-bench, fp16 int4 block 32, Llama-3-8B, split 1/2/4/8 each):
 // - mma.sync GEMM (M <= 64, two CTAs an SM): 2 while two CTAs a tile fit in
@@ -406,33 +443,10 @@ std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& 
     if (!tiles.wgmma && tiles.tile_n == kWideSmallTiles.tile_n && fastest.m <= kWideTilesMaxM) {
         return wide_small_tiles_split(fastest) == 2 ? 2 : 1;
     }
-    const std::size_t output_tiles = prefill_output_tiles(fastest, tiles);
     if (tiles.wgmma) {
-        const MatMulNBitsConfig& config = fastest.request.config;
-        if (div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m)) != 1 ||
-            config.k * config.n < kSplitWgmmaMinWeights) {
-            return 1;
-        }
-        // Of the splits whose clusters run in one round and whose grid keeps the wgmma route (three quarters of
-        // the SMs), the fewest k tiles a CTA, a k tile costing 5/3 where the clusters need a second CTA on
-        // some SMs.
-        const std::size_t k_tiles = div_ceil(config.k, static_cast<std::size_t>(tiles.tile_k));
-        std::size_t best = 1;
-        std::size_t best_cost = 0;
-        for (const std::size_t split : {std::size_t{4}, std::size_t{3}, std::size_t{2}}) {
-            const std::size_t lone = clusters_a_cta_an_sm(sms, split);
-            if (output_tiles > lone * static_cast<std::size_t>(tiles.min_ctas) ||
-                !wgmma_grid_fills(fastest, tiles, output_tiles * split)) {
-                continue;
-            }
-            const std::size_t cost = div_ceil(k_tiles, split) * (output_tiles > lone ? 5 : 3);
-            if (best == 1 || cost < best_cost) {
-                best = split;
-                best_cost = cost;
-            }
-        }
-        return best;
+        return cheapest_wgmma_split(fastest, tiles).split;
     }
+    const std::size_t output_tiles = prefill_output_tiles(fastest, tiles);
     if (fastest.m > 64) {
         return 1;
     }
@@ -459,11 +473,11 @@ std::size_t split_k_for(const FastestRequest& fastest, const PrefillTiles& tiles
                     div_ceil(fastest.request.config.k, static_cast<std::size_t>(tiles.tile_k)));
 }
 
-// NBITS_PREFILL_WGMMA_TILE_M where it is 128 or 256 (a plan built from raw overrides may hold anything).
+// NBITS_PREFILL_WGMMA_TILE_M where it is 64, 128 or 256 (a plan built from raw overrides may hold anything).
 std::optional<int> wgmma_tile_m_override(const FastestRequest& fastest)
 {
     const std::optional<int> tokens = fastest.request.context.overrides.prefill_wgmma_tile_m;
-    return tokens == 128 || tokens == 256 ? tokens : std::nullopt;
+    return tokens == 64 || tokens == 128 || tokens == 256 ? tokens : std::nullopt;
 }
 
 // Whether the tensor maps can describe A and the weights of these tiles: rows of whole 16 bytes (K % 8 == 0, each
@@ -499,7 +513,7 @@ std::size_t prefill_ctas(const FastestRequest& fastest, const PrefillTiles& tile
 bool stream_k_tall(const FastestRequest& fastest)
 {
     const std::optional<int> tokens = wgmma_tile_m_override(fastest);
-    return fastest.m > kWgmmaTallMinM ? tokens != 128 : fastest.m > kWgmmaSmallTileM && tokens == 256;
+    return fastest.m > kWgmmaTallMinM ? tokens != 128 && tokens != 64 : fastest.m > kWgmmaSmallTileM && tokens == 256;
 }
 
 // Whether the stream-K grid can take the node: sm_90, the wgmma GEMM's tiles of 128 weight rows (not
@@ -630,6 +644,34 @@ std::size_t stream_k_partial_bytes(const PrefillTiles& tiles)
     return static_cast<std::size_t>(32 * tiles.warps_n) * static_cast<std::size_t>(tiles.tile_m / 2) * sizeof(float);
 }
 
+// At M = 65..128, two rows of 64-token tiles where their split costs less than one row of 128-token tiles' or
+// only theirs keeps the wgmma route (cheapest_wgmma_split; not under NBITS_PREFILL_WGMMA_TILE_M or _TILE_N or a
+// stream-K grid): the narrow nodes whose 128-token grid leaves SMs idle or doubles CTAs up on some. A 128-token k
+// tile costs 1.15-1.24x a 64-token one where the grids match (M = 128 against 64, H100: Llama-3-8B up 37.84 /
+// 31.87 us, Llama-3-70B o 39.74 / 34.42, down 118.05 / 100.62, Qwen2.5-7B o 17.79 / 14.35, Phi-3.5-mini up 20.85 /
+// 17.22), counted 4/3. Measured on the H100 80GB HBM3 (one call, fp16 int4 block 32, M = 80 / 96 / 128, us, as
+// planned before -> two rows of 64-token tiles at the split this rule takes): Llama-3-8B o (split 4 -> 2) 24.24 /
+// 24.98 / 26.43 -> 20.64 / 20.67 / 20.75, down 57.09 / 57.79 / 59.23 -> 51.60 / 51.62 / 51.39, Phi-3.5-mini down
+// (dequantised -> split 4) 48.88 / 49.63 / 51.65 -> 32.45 / 32.46 / 32.64. Where the rule keeps 128-token tiles
+// they were faster: Qwen2.5-7B o 17.06 / 16.96 / 17.94 against 18.29 / 18.32 / 18.29 (split 2), qkv 18.54 /
+// 18.78 / 19.62 against 22.48 / 22.82 / 22.85 (split 3), down 47.14 / 46.96 / 47.94 against 59.07 / 59.94 /
+// 60.56 (4), Llama-3-8B qkv 27.15 / 26.35 / 27.57 against 30.98 / 30.96 / 31.22 (2), Phi-3.5-mini qkv 27.89 /
+// 26.98 / 27.46 against 34.91 / 35.15 / 35.62 (2). Phi-3.5-mini o (9.4 M weights, below kSplitWgmmaMinWeights)
+// stays dequantised, 20.05 / 20.51 / 22.69 against 17.86 / 17.89 / 17.89 split 4 (not taken: unmeasured below it).
+bool two_rows_of_small_tiles_pay(const FastestRequest& fastest, const bool stream_k)
+{
+    const PlanOverrides& overrides = fastest.request.context.overrides;
+    if (stream_k || fastest.m <= kWgmmaSmallTileM || fastest.m > 2 * kWgmmaSmallTileM ||
+        overrides.prefill_wgmma_tile_n == 256 || wgmma_tile_m_override(fastest)) {
+        return false;
+    }
+    PrefillTiles small = kWgmmaTiles;
+    small.tile_m = static_cast<int>(kWgmmaSmallTileM);
+    const WgmmaSplit two_rows = cheapest_wgmma_split(fastest, small);
+    const WgmmaSplit one_row = cheapest_wgmma_split(fastest, kWgmmaTiles);
+    return two_rows.cost > 0 && (one_row.cost == 0 || two_rows.cost < one_row.cost);
+}
+
 // The wgmma GEMM's tiles: 64 tokens (wgmma m64n64k16) of 128 weight rows for M <= 64; above, 128 tokens of
 // 128 rows, or of 256 where NBITS_PREFILL_WGMMA_TILE_N asks for them, or 256 tokens of 128 rows where
 // NBITS_PREFILL_WGMMA_TILE_M does or, past M = 128, where the tensor memory accelerator feeds them and their grid
@@ -642,7 +684,8 @@ PrefillTiles wgmma_tiles(const FastestRequest& fastest, const bool stream_k)
 {
     PrefillTiles tiles = kWgmmaTiles;
     const PlanOverrides& overrides = fastest.request.context.overrides;
-    if (fastest.m <= kWgmmaSmallTileM) {
+    if (fastest.m <= kWgmmaSmallTileM || wgmma_tile_m_override(fastest) == static_cast<int>(kWgmmaSmallTileM) ||
+        two_rows_of_small_tiles_pay(fastest, stream_k)) {
         tiles.tile_m = static_cast<int>(kWgmmaSmallTileM);
     } else if (overrides.prefill_wgmma_tile_n == 256) {
         tiles = kWgmmaWideTiles;

@@ -205,11 +205,11 @@ TEST_CASE("NBITS_PREFILL_WGMMA_TILE_N counts only as 128 or 256")
                    {"64", "512", "0", "-256", " 256", "", "wide"}, {"256", 256});
 }
 
-TEST_CASE("NBITS_PREFILL_WGMMA_TILE_M counts only as 128 or 256")
+TEST_CASE("NBITS_PREFILL_WGMMA_TILE_M counts only as 64, 128 or 256")
 {
     check_override(kPrefillWgmmaTileMEnv, &PlanOverrides::prefill_wgmma_tile_m,
-                   {{"128", 128}, {"256", 256}, {"+256", 256}},
-                   {"64", "512", "0", "-256", " 256", "", "tall"}, {"256", 256});
+                   {{"64", 64}, {"128", 128}, {"256", 256}, {"+256", 256}},
+                   {"32", "512", "0", "-256", " 256", "", "tall"}, {"256", 256});
 }
 
 TEST_CASE("NBITS_PREFILL_PRODUCER_WARPS counts only as 0, 1, 2 or 4")

@@ -351,8 +351,8 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
     // SM (Qwen2.5-7B o, 28 clusters) or halves a CTA's k tiles against 2 (Llama-3-8B qkv: 48 clusters); 3
     // where 4 would put two CTAs on some SMs (Qwen2.5-7B qkv, 36 clusters) or need a second round (Phi-3.5-mini
     // qkv: 72 clusters, 62 of 4 fit); 2 where 3 and 4 would need a second round (Llama-3-70B qkv, 80 clusters)
-    // or only 2 keeps a CTA an SM (Llama-3-70B o and down: 64 clusters). Llama-3-8B o (32 tiles) keeps 4: 3
-    // would leave the wgmma route (96 CTAs).
+    // or only 2 keeps a CTA an SM (Llama-3-70B o and down: 64 clusters). Llama-3-8B o (32 tiles) keeps 4 up to
+    // M = 64: 3 would leave the wgmma route (96 CTAs).
     for (const auto& [k, n, tiles, split] :
          {std::tuple{3584, 3584, 28, 4}, std::tuple{3584, 4608, 36, 3}, std::tuple{4096, 4096, 32, 4},
           std::tuple{4096, 6144, 48, 4}, std::tuple{3072, 9216, 72, 3}, std::tuple{8192, 10240, 80, 2},
@@ -360,12 +360,40 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
         CAPTURE(n);
         for (const std::size_t m : {40, 64, 128}) {
             CAPTURE(m);
+            if (m == 128 && k == 4096 && n == 4096) {
+                continue;  // two rows of 64-token tiles, below
+            }
             const LaunchPlan h200 = fastest(node(k, n), rows(m)).plan();
             CHECK(h200.variant == "nbits_prefill_wgmma");
             const Dim3 grid{static_cast<std::uint32_t>(tiles), 1, static_cast<std::uint32_t>(split)};
             CHECK(test::kernel_step(h200, 0).config.grid == grid);
             CHECK(test::kernel_step(fastest(node(k, n), rows(m, DataType::BFloat16)).plan(), 0).config.grid == grid);
         }
+    }
+    // At M = 65..128 two rows of 64-token tiles where their split costs less (a 64-token k tile 3/4 of a
+    // 128-token one): Llama-3-8B o and down (32 column tiles: 32 clusters of 4 of 128 tokens, two over the 30
+    // that run a CTA an SM, against 64 clusters of 2 that do) and Phi-3.5-mini down (24 column tiles, whose
+    // 128-token grid stays short of three quarters of the SMs even split 4: 48 clusters of 4 of 64 tokens).
+    for (const auto& [k, n, tiles, split] :
+         {std::tuple{4096, 4096, 32, 2}, std::tuple{14336, 4096, 32, 2}, std::tuple{8192, 3072, 24, 4}}) {
+        CAPTURE(k);
+        CAPTURE(n);
+        for (const std::size_t m : {65, 96, 128}) {
+            CAPTURE(m);
+            for (const DataType activation : {DataType::Float16, DataType::BFloat16}) {
+                const LaunchPlan h200 = fastest(node(k, n), rows(m, activation)).plan();
+                CHECK(h200.variant == "nbits_prefill_wgmma");
+                const KernelStep& step = test::kernel_step(h200, 0);
+                CHECK(step.config.grid == Dim3{static_cast<std::uint32_t>(tiles), 2, static_cast<std::uint32_t>(split)});
+                CHECK(defines(step, "NBITS_TILE_M=64"));
+                CHECK(defines(step, "NBITS_PRODUCER_WARPS=4"));
+            }
+        }
+        // One row of 128-token tiles under NBITS_PREFILL_WGMMA_TILE_M=128, and past M = 128.
+        const test::Problem one_row =
+            with_override(fastest(node(k, n), rows(128)), &PlanOverrides::prefill_wgmma_tile_m, 128);
+        CHECK_FALSE(defines(test::kernel_step(one_row.plan(), 0), "NBITS_TILE_M=64"));
+        CHECK_FALSE(defines(test::kernel_step(fastest(node(k, n), rows(129)).plan(), 0), "NBITS_TILE_M=64"));
     }
     CHECK(fastest(node(3072, 3072), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
     CHECK(fastest(node(3072, 3072), rows(80)).plan().variant == "nbits_prefill_dequantize_cublaslt");

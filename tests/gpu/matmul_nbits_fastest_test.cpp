@@ -184,6 +184,7 @@ struct Outcome {
     bool tma = false;           // a kernel took its tiles by the tensor memory accelerator (an entry *_tma)
     bool stream_k = false;      // the fused GEMM ran as a stream-K grid (an entry *_stream_k)
     std::size_t gemm_launches = 0;  // launches of the fused prefill GEMM (nbits_prefill_gemm*, *_gate_up*)
+    std::uint32_t row_tiles = 0;    // token tiles of the fused prefill GEMM's grid (grid.y of its last launch)
 };
 
 // One case's node: attributes, host inputs and the float64 expectation.
@@ -338,7 +339,10 @@ Outcome run_node(const FastestNode& node)
             const std::string& entry = kernel->entry;
             result.tma = result.tma || (entry.size() > 4 && entry.compare(entry.size() - 4, 4, "_tma") == 0);
             result.stream_k = result.stream_k || entry.find("_stream_k") != std::string::npos;
-            result.gemm_launches += entry.rfind("nbits_prefill_g", 0) == 0 ? 1 : 0;
+            if (entry.rfind("nbits_prefill_g", 0) == 0) {
+                ++result.gemm_launches;
+                result.row_tiles = kernel->config.grid.y;
+            }
         }
     }
     return result;
@@ -669,6 +673,44 @@ TEST_CASE("the sm_90 wgmma GEMM over 64-token tiles (NBITS_PREFILL_WGMMA_MIN_M) 
     }
     const ScopedEnv min_m(ops::kPrefillWgmmaMinMEnv, std::string("17"));
     check_wgmma_nodes(at_rows(twice_the_columns(wide_prefill_cases()), {17, 33, 64, 40}), 0x64a0000ull);
+}
+
+TEST_CASE("the sm_90 wgmma GEMM over two rows of 64-token tiles at M = 65..128 meets the float64 oracle, forced "
+          "(NBITS_PREFILL_WGMMA_TILE_M=64) and as planned")
+{
+    if (!runs_wgmma()) {
+        return;
+    }
+    {
+        const ScopedEnv tokens(ops::kPrefillWgmmaTileMEnv, std::string("64"));
+        check_wgmma_nodes(at_rows(twice_the_columns(wide_prefill_cases()), {65, 100, 128, 80}), 0x64b0000ull);
+    }
+    // The plan's own choice on the narrow nodes whose 128-token grid leaves SMs idle (it counts the H200's 132
+    // SMs): Llama-3-8B o (32 column tiles, split 2) and Phi-3.5-mini down (24, split 4), every feature once.
+    const auto& device = matmul_gpu().capabilities();
+    if (device.multiprocessor_count != 132) {
+        MESSAGE("the planned cases count 132 SMs; this GPU has " << device.multiprocessor_count);
+        return;
+    }
+    struct Planned {
+        FastestCase spec;
+        std::uint32_t split;
+    };
+    const std::vector<Planned> planned = {
+        {feature_case(DataType::Float16, 100, 4, 32, false, Bias::Plain, false, false, 4096, 4096), 2},
+        {feature_case(DataType::BFloat16, 65, 4, 128, true, Bias::PerToken, false, false, 4096, 4096), 2},
+        {feature_case(DataType::Float16, 128, 8, 64, true, Bias::Folded, true, false, 3072, 8192), 4},
+        {feature_case(DataType::BFloat16, 96, 4, 16, false, Bias::None, false, false, 3072, 8192), 4},
+    };
+    std::uint64_t seed = 0x64c0000ull;
+    for (const Planned& p : planned) {
+        CAPTURE(p.spec.describe());
+        const std::optional<Outcome> ran = check_prefill_run(p.spec, seed++, p.split, "nbits_prefill_wgmma");
+        if (ran) {
+            CHECK(ran->row_tiles == 2);
+            CHECK_FALSE(ran->tma);
+        }
+    }
 }
 
 TEST_CASE("the sm_90 wgmma GEMM with and without producer warps (NBITS_PREFILL_PRODUCER_WARPS) meets the float64 "
@@ -1198,6 +1240,9 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
     add(DataType::BFloat16, 48, 4, 32, true, Bias::PerToken, false, false);  // 64-token wgmma (WGMMA_MIN_M)
     set.back().n = 13000;
     const std::size_t small_m_node = set.size() - 1;
+    add(DataType::Float16, 100, 4, 32, true, Bias::Plain, false, false);  // two rows of 64-token tiles, split 2
+    set.back().n = 6500;
+    const std::size_t two_rows_node = set.size() - 1;
     add(DataType::Float16, 300, 4, 32, true, Bias::Plain, false, false);  // 256-token wgmma (WGMMA_TILE_M)
     set.back().n = 6500;
     const std::size_t tall_node = set.size() - 1;
@@ -1243,7 +1288,8 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
         const ScopedEnv split(ops::kPrefillSplitKEnv, i == split_node       ? std::optional<std::string>("3")
                                                       : i == wide_node      ? std::optional<std::string>("4")
                                                       : i == short_tma_node ? std::optional<std::string>("2")
-                                                                       : std::nullopt);
+                                                      : i == two_rows_node  ? std::optional<std::string>("2")
+                                                                            : std::nullopt);
         const ScopedEnv rows(ops::kPrefillWgmmaTileNEnv,
                              i == wide_node ? std::optional<std::string>("256") : std::nullopt);
         const ScopedEnv min_m(ops::kPrefillWgmmaMinMEnv,
@@ -1251,7 +1297,8 @@ TEST_CASE("each Fastest entry and route runs once: the compute-sanitizer set")
                                                                        : std::nullopt);
         const ScopedEnv tokens(ops::kPrefillWgmmaTileMEnv, i == tall_node || i == tall_tma_node
                                                                ? std::optional<std::string>("256")
-                                                               : std::nullopt);
+                                                           : i == two_rows_node ? std::optional<std::string>("64")
+                                                                                : std::nullopt);
         const ScopedEnv tma(ops::kPrefillTmaEnv,
                             i >= first_tma_node ? std::optional<std::string>("1") : std::nullopt);
         const ScopedEnv stream_k(ops::kPrefillStreamKEnv,

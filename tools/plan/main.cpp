@@ -121,7 +121,7 @@ constexpr OverrideFlag kOverrideFlags[] = {
     {"prefill-split-k", "1..8", kPrefillSplitKEnv, &PlanOptions::prefill_split_k},
     {"prefill-wgmma-tile-n", "128|256", kPrefillWgmmaTileNEnv, &PlanOptions::prefill_wgmma_tile_n},
     {"prefill-wgmma-min-m", "17..65", kPrefillWgmmaMinMEnv, &PlanOptions::prefill_wgmma_min_m},
-    {"prefill-wgmma-tile-m", "128|256", kPrefillWgmmaTileMEnv, &PlanOptions::prefill_wgmma_tile_m},
+    {"prefill-wgmma-tile-m", "64|128|256", kPrefillWgmmaTileMEnv, &PlanOptions::prefill_wgmma_tile_m},
     {"prefill-producer-warps", "0|1|2|4", kPrefillProducerWarpsEnv, &PlanOptions::prefill_producer_warps},
     {"prefill-tma", "0|1", kPrefillTmaEnv, &PlanOptions::prefill_tma},
     {"prefill-tail-split", "0|1", kPrefillTailSplitEnv, &PlanOptions::prefill_tail_split},
