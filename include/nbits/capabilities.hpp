@@ -1,5 +1,7 @@
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -16,6 +18,9 @@ struct DeviceAttributes {
     int multiprocessor_count = 0;
     std::uint64_t total_memory_bytes = 0;
     std::string name;
+    // Thread block clusters of 2, 3 and 4 CTAs that run at once, one CTA an SM
+    // (cuOccupancyMaxActiveClusters, compute capability 9.0 and newer).
+    std::array<int, 3> clusters_a_cta_an_sm{};
 };
 
 // The device facts kernel selection depends on, read once per runtime.
@@ -31,6 +36,12 @@ struct Capabilities {
     std::uint32_t multiprocessor_count = 1;
     std::uint64_t total_memory_bytes = 0;  // 0: unknown
     std::string name;
+    // Thread block clusters of 2, 3 and 4 CTAs that run at once, one CTA an
+    // SM, as the driver counts them for this GPU: a cluster's CTAs share a
+    // GPC, whose SM counts differ from chip to chip. 0: not reported (named
+    // devices, GPUs without clusters); the planner then estimates them from
+    // the SM count (see clusters_at_once).
+    std::array<std::uint32_t, 3> clusters_a_cta_an_sm{};
 
     // Applies the original's fallbacks: 256 threads, 48 KiB shared memory,
     // opt-in = default and never below it, 1 multiprocessor; resident threads
@@ -50,6 +61,10 @@ struct Capabilities {
     static Capabilities rtx5090();   // sm_120, 170 SMs, 99 KiB opt-in, 48 resident warps per SM
 
     int sm() const { return compute_major * 10 + compute_minor; }
+    // Clusters of `size` CTAs (2, 3 or 4) that run at once, one CTA an SM: the
+    // driver's count, else the estimate of an H100's GPCs (132 SMs: 66, 39, 30):
+    // half the SMs in pairs, 8/9 of them in clusters of 3, 10/11 in clusters of 4.
+    std::size_t clusters_at_once(std::size_t size) const;
     std::uint32_t resident_warps_per_multiprocessor() const { return max_threads_per_multiprocessor / 32; }
 };
 

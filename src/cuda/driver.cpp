@@ -112,6 +112,7 @@ Loaded load()
         resolve(get, "cuLaunchKernel", d.launch_kernel, f) &&
         resolve(get, "cuLaunchKernelEx", d.launch_kernel_ex, f) &&
         resolve(get, "cuTensorMapEncodeTiled", d.tensor_map_encode_tiled, f) &&
+        resolve(get, "cuOccupancyMaxActiveClusters", d.occupancy_max_active_clusters, f) &&
         resolve(get, "cuEventCreate", d.event_create, f) &&
         resolve(get, "cuEventDestroy", d.event_destroy, f) &&
         resolve(get, "cuEventRecord", d.event_record, f) &&

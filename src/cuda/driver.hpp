@@ -69,6 +69,7 @@ struct Driver {
     decltype(&::cuLaunchKernel) launch_kernel = nullptr;
     decltype(&::cuLaunchKernelEx) launch_kernel_ex = nullptr;
     decltype(&::cuTensorMapEncodeTiled) tensor_map_encode_tiled = nullptr;
+    decltype(&::cuOccupancyMaxActiveClusters) occupancy_max_active_clusters = nullptr;
 
     decltype(&::cuEventCreate) event_create = nullptr;
     decltype(&::cuEventDestroy) event_destroy = nullptr;

@@ -42,18 +42,6 @@ std::size_t shared_bytes_capping_residency(const Capabilities& device, std::size
     return (over > kReservedPerBlock ? over - kReservedPerBlock + 15 : 0) / 16 * 16;
 }
 
-std::size_t clusters_a_cta_an_sm(std::size_t sms, std::size_t size)
-{
-    switch (size) {
-    case 3:
-        return sms * 8 / 9 / 3;
-    case 4:
-        return sms * 10 / 11 / 4;
-    default:
-        return sms / size;
-    }
-}
-
 void bind_weights(StepBuilder& step, const FastestRequest& fastest)
 {
     const HalfOperands& o = fastest.operands;

@@ -51,12 +51,6 @@ bool resident_on_sm(const Capabilities& device, std::size_t blocks, std::size_t 
 // than `blocks` CTAs fit one SM of `device`, whatever their registers allow.
 std::size_t shared_bytes_capping_residency(const Capabilities& device, std::size_t blocks);
 
-// Thread block clusters of `size` CTAs that run at once on `sms` SMs of compute capability 9.0, one CTA an SM: a
-// cluster's CTAs share a GPC, and GPCs of unequal SM counts leave SMs out of every size but 2. The H100 80GB
-// HBM3's 132 SMs run 66 clusters of 2, 39 of 3 and 30 of 4 (cudaOccupancyMaxActiveClusters); two CTAs an SM
-// run 132, 79 and 62, which twice these counts approach from below.
-std::size_t clusters_a_cta_an_sm(std::size_t sms, std::size_t size);
-
 // Whether a fused entry launches as a programmatic dependent of the kernel before it: on compute capability 9.0
 // and newer (griddepcontrol), unless its override (NBITS_DECODE_PDL, NBITS_PREFILL_PDL) is 0.
 bool programmatic_launch(const PlanContext& context, std::optional<int> forced);

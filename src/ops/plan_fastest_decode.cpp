@@ -266,18 +266,18 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     // K of each column group split over a thread block cluster (compute capability 9.0 and newer, every warp of
     // the cluster keeping a k step): the grid's CTAs form grid / cluster_k clusters, each taking one group at a
     // time. It pays where the groups leave CTA slots idle: the largest of 4 and 2 whose clusters still cover every
-    // group in one round, counting the clusters the GPCs run at once (clusters_a_cta_an_sm). Measured on the H200
-    // (same call, against one CTA a group): Qwen2.5-0.5B down (56 groups) at M = 8 5.72 -> 4.25 us with 4, 4.90
-    // with 2, at M = 16 7.43 -> 5.70; where the split adds rounds (every other node of the sweep) 2 was slower by
-    // 2-60% (lm_head at M = 1 77.1 -> 92.5, Phi-3.5 o 4.07 -> 7.15), the cluster's barrier and exchange coming
-    // once a group.
+    // group in one round, counting the clusters the GPCs run at once (Capabilities::clusters_at_once). Measured
+    // on the H200 (same call, against one CTA a group): Qwen2.5-0.5B down (56 groups) at M = 8 5.72 -> 4.25 us
+    // with 4, 4.90 with 2, at M = 16 7.43 -> 5.70; where the split adds rounds (every other node of the sweep) 2
+    // was slower by 2-60% (lm_head at M = 1 77.1 -> 92.5, Phi-3.5 o 4.07 -> 7.15), the cluster's barrier and
+    // exchange coming once a group.
     auto splits_k = [&](int cluster_k, std::size_t k_warps) {
         return static_cast<std::size_t>(cluster_k) * k_warps <= steps;
     };
     auto measured_cluster_k = [&](std::size_t groups, std::size_t blocks, std::size_t k_warps) {
         for (const int cluster_k : {4, 2}) {
             if (splits_k(cluster_k, k_warps) &&
-                groups <= clusters_a_cta_an_sm(sms, static_cast<std::size_t>(cluster_k)) * blocks) {
+                groups <= device.clusters_at_once(static_cast<std::size_t>(cluster_k)) * blocks) {
                 return cluster_k;
             }
         }

@@ -351,7 +351,7 @@ struct WgmmaSplit {
 WgmmaSplit cheapest_wgmma_split(const FastestRequest& fastest, const PrefillTiles& tiles)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
-    const std::size_t sms = fastest.request.context.capabilities.multiprocessor_count;
+    const Capabilities& device = fastest.request.context.capabilities;
     const std::size_t row_tiles = div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m));
     const bool small_pair = tiles.small_wgmma_tiles() && row_tiles == 2;
     if ((row_tiles != 1 && !small_pair) || config.k * config.n < kSplitWgmmaMinWeights) {
@@ -362,7 +362,7 @@ WgmmaSplit cheapest_wgmma_split(const FastestRequest& fastest, const PrefillTile
     const std::size_t tile_cost = tiles.small_wgmma_tiles() ? 3 : 4;
     WgmmaSplit best;
     for (const std::size_t split : {std::size_t{4}, std::size_t{3}, std::size_t{2}}) {
-        const std::size_t lone = clusters_a_cta_an_sm(sms, split);
+        const std::size_t lone = device.clusters_at_once(split);
         if (output_tiles > lone * static_cast<std::size_t>(tiles.min_ctas) ||
             !wgmma_grid_fills(fastest, tiles, output_tiles * split)) {
             continue;
@@ -451,7 +451,7 @@ std::size_t measured_split_k(const FastestRequest& fastest, const PrefillTiles& 
         return 1;
     }
     if (fastest.m > kWideTilesMaxM && fastest.request.config.k >= kDeepSplitMinK &&
-        output_tiles <= clusters_a_cta_an_sm(sms, 4)) {
+        output_tiles <= device.clusters_at_once(4)) {
         return 4;
     }
     return 4 * output_tiles <= 3 * sms ? 2 : 1;

@@ -56,7 +56,26 @@ Capabilities Capabilities::from(const DeviceAttributes& attributes)
     c.multiprocessor_count = or_default(attributes.multiprocessor_count, 1);
     c.total_memory_bytes = attributes.total_memory_bytes;
     c.name = attributes.name;
+    for (std::size_t i = 0; i < c.clusters_a_cta_an_sm.size(); ++i) {
+        c.clusters_a_cta_an_sm[i] = or_default(attributes.clusters_a_cta_an_sm[i], 0);
+    }
     return c;
+}
+
+std::size_t Capabilities::clusters_at_once(std::size_t size) const
+{
+    if (size >= 2 && size - 2 < clusters_a_cta_an_sm.size() && clusters_a_cta_an_sm[size - 2] > 0) {
+        return clusters_a_cta_an_sm[size - 2];
+    }
+    const std::size_t sms = multiprocessor_count;
+    switch (size) {
+    case 3:
+        return sms * 8 / 9 / 3;
+    case 4:
+        return sms * 10 / 11 / 4;
+    default:
+        return size == 0 ? 0 : sms / size;
+    }
 }
 
 Capabilities Capabilities::h200() { return make(9, 0, 132, 227, 140, "NVIDIA H200"); }

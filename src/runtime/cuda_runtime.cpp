@@ -17,6 +17,7 @@
 #include <mutex>
 #include <set>
 #include <system_error>
+#include <array>
 #include <thread>
 
 namespace nbits {
@@ -66,6 +67,56 @@ CUmemoryPool create_pool(CUdevice device)
     cuuint64_t retained = kPoolRetainedBytes;
     d.mem_pool_set_attribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &retained);
     return pool;
+}
+
+// PTX of an empty kernel, which the driver compiles for any GPU of compute
+// capability 9.0 and newer: what cuOccupancyMaxActiveClusters needs to count
+// the clusters that the GPU's GPCs run at once.
+constexpr char kClusterProbePtx[] =
+    ".version 7.8\n.target sm_90\n.address_size 64\n.visible .entry nbits_cluster_probe()\n{\n\tret;\n}\n";
+
+// Clusters of 2, 3 and 4 CTAs that run at once one CTA an SM (each CTA asking
+// for all the shared memory a block may opt into), in the current context;
+// zeros where the GPU has no clusters or the driver does not say.
+std::array<int, 3> count_clusters(const DeviceAttributes& attributes)
+{
+    std::array<int, 3> counts{};
+    const int shared = attributes.max_shared_memory_per_block_optin;
+    if (attributes.compute_major < 9 || shared <= 0 || attributes.multiprocessor_count <= 0) {
+        return counts;
+    }
+    const cuda::Driver& d = cuda::driver();
+    CUmodule module = nullptr;
+    if (d.module_load_data(&module, kClusterProbePtx) != CUDA_SUCCESS) {
+        return counts;
+    }
+    CUfunction function = nullptr;
+    if (d.module_get_function(&function, module, "nbits_cluster_probe") == CUDA_SUCCESS &&
+        d.func_set_attribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared) == CUDA_SUCCESS) {
+        for (unsigned size = 2; size <= 4; ++size) {
+            CUlaunchAttribute cluster{};
+            cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            cluster.value.clusterDim.x = size;
+            cluster.value.clusterDim.y = 1;
+            cluster.value.clusterDim.z = 1;
+            CUlaunchConfig config{};
+            config.gridDimX = size * static_cast<unsigned>(attributes.multiprocessor_count);
+            config.gridDimY = 1;
+            config.gridDimZ = 1;
+            config.blockDimX = 128;
+            config.blockDimY = 1;
+            config.blockDimZ = 1;
+            config.sharedMemBytes = static_cast<unsigned>(shared);
+            config.attrs = &cluster;
+            config.numAttrs = 1;
+            int clusters = 0;
+            if (d.occupancy_max_active_clusters(&clusters, function, &config) == CUDA_SUCCESS) {
+                counts[size - 2] = clusters;
+            }
+        }
+    }
+    d.module_unload(module);
+    return counts;
 }
 
 }  // namespace
@@ -124,6 +175,8 @@ CudaRuntime::Internals::Internals(const RuntimeOptions& options) : ordinal_(opti
     cuda::check(d.primary_ctx_retain(&context_, device_), "retaining the primary CUDA context");
     try {
         ScopedContext scope(*this);
+        attributes.clusters_a_cta_an_sm = count_clusters(attributes);
+        capabilities_ = Capabilities::from(attributes);
         // Non-blocking: the legacy NULL stream cannot be captured into a CUDA graph.
         cuda::check(d.stream_create(&stream_, CU_STREAM_NON_BLOCKING), "creating the nbits CUDA stream");
         pool_ = create_pool(device_);

@@ -384,7 +384,8 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
                 const LaunchPlan h200 = fastest(node(k, n), rows(m, activation)).plan();
                 CHECK(h200.variant == "nbits_prefill_wgmma");
                 const KernelStep& step = test::kernel_step(h200, 0);
-                CHECK(step.config.grid == Dim3{static_cast<std::uint32_t>(tiles), 2, static_cast<std::uint32_t>(split)});
+                const Dim3 grid{static_cast<std::uint32_t>(tiles), 2, static_cast<std::uint32_t>(split)};
+                CHECK(step.config.grid == grid);
                 CHECK(defines(step, "NBITS_TILE_M=64"));
                 CHECK(defines(step, "NBITS_PRODUCER_WARPS=4"));
             }
@@ -395,6 +396,12 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
         CHECK_FALSE(defines(test::kernel_step(one_row.plan(), 0), "NBITS_TILE_M=64"));
         CHECK_FALSE(defines(test::kernel_step(fastest(node(k, n), rows(129)).plan(), 0), "NBITS_TILE_M=64"));
     }
+    // The clusters a GPU runs at once as its driver counts them, where it does: a GPU of the H200's 132 SMs whose
+    // GPCs run 60 pairs a CTA an SM puts Llama-3-70B o's 64 clusters of 2 two an SM on some SMs, so 3 (22 k tiles
+    // a CTA there against 32) costs less.
+    Capabilities fewer_pairs = Capabilities::h200();
+    fewer_pairs.clusters_a_cta_an_sm = {60, 0, 0};
+    CHECK(test::kernel_step(fastest(node(8192, 8192), rows(64), fewer_pairs).plan(), 0).config.grid == Dim3{64, 1, 3});
     CHECK(fastest(node(3072, 3072), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
     CHECK(fastest(node(3072, 3072), rows(80)).plan().variant == "nbits_prefill_dequantize_cublaslt");
     // Phi-3.5-mini down (24 column tiles: its wgmma grid short of three quarters of the SMs even split 4) takes

@@ -37,6 +37,28 @@ TEST_CASE("capabilities fall back like the original when the driver reports noth
     CHECK(reported.max_threads_per_block == 1024);
 }
 
+TEST_CASE("clusters that run at once: the driver's count where it gave one, else the estimate from the SM count")
+{
+    DeviceAttributes attributes;
+    attributes.compute_major = 9;
+    attributes.multiprocessor_count = 132;
+    const Capabilities estimated = Capabilities::from(attributes);
+    // The H100 80GB HBM3's counts (cuOccupancyMaxActiveClusters): 66, 39 and 30.
+    CHECK(estimated.clusters_at_once(2) == 66);
+    CHECK(estimated.clusters_at_once(3) == 39);
+    CHECK(estimated.clusters_at_once(4) == 30);
+    CHECK(Capabilities::h100_pcie().clusters_at_once(4) == 25);
+    CHECK(Capabilities::h20().clusters_at_once(3) == 23);
+
+    attributes.clusters_a_cta_an_sm = {64, 0, -1};  // a GPU whose GPCs pair fewer SMs; nothing for 3 and 4
+    const Capabilities reported = Capabilities::from(attributes);
+    CHECK(reported.clusters_a_cta_an_sm == std::array<std::uint32_t, 3>{64, 0, 0});
+    CHECK(reported.clusters_at_once(2) == 64);
+    CHECK(reported.clusters_at_once(3) == 39);
+    CHECK(reported.clusters_at_once(4) == 30);
+    CHECK(reported.clusters_at_once(5) == 26);
+}
+
 TEST_CASE("a compute capability with major 0 is an unsupported device")
 {
     DeviceAttributes attributes;

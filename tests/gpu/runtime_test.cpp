@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -53,7 +54,95 @@ void launch_slow_fill(CudaRuntime& runtime, CUdeviceptr out, int n, unsigned val
                    "slow_fill");
 }
 
+// Kernels whose CTAs, launched in clusters of 2, 3 or 4 with all the shared memory a block may opt into (one
+// CTA an SM), each count themselves in `arrived` and wait until all `total` have, or until `spin` clock cycles
+// have passed; each writes the count it saw last.
+const jit::KernelSource& cluster_meeting()
+{
+    static const jit::KernelSource source("cluster_meeting", R"(
+#define CLUSTERS_OF_2 __cluster_dims__(2, 1, 1)
+#define CLUSTERS_OF_3 __cluster_dims__(3, 1, 1)
+#define CLUSTERS_OF_4 __cluster_dims__(4, 1, 1)
+__device__ void meet(unsigned int* arrived, unsigned int* seen, const unsigned int total, const long long spin)
+{
+    if (threadIdx.x == 0) {
+        atomicAdd(arrived, 1u);
+        const long long start = clock64();
+        unsigned int now = 0;
+        do {
+            now = atomicAdd(arrived, 0u);
+        } while (now < total && clock64() - start < spin);
+        seen[blockIdx.x] = now;
+    }
+}
+extern "C" __global__ void CLUSTERS_OF_2 meet_in_clusters_of_2(unsigned int* arrived, unsigned int* seen,
+                                                               const unsigned int total, const long long spin)
+{
+    meet(arrived, seen, total, spin);
+}
+extern "C" __global__ void CLUSTERS_OF_3 meet_in_clusters_of_3(unsigned int* arrived, unsigned int* seen,
+                                                               const unsigned int total, const long long spin)
+{
+    meet(arrived, seen, total, spin);
+}
+extern "C" __global__ void CLUSTERS_OF_4 meet_in_clusters_of_4(unsigned int* arrived, unsigned int* seen,
+                                                               const unsigned int total, const long long spin)
+{
+    meet(arrived, seen, total, spin);
+}
+)");
+    return source;
+}
+
 }  // namespace
+
+TEST_CASE("the clusters a runtime counts run at once one CTA an SM, and one cluster more does not")
+{
+    CudaRuntime& runtime = gpu();
+    const Capabilities& caps = runtime.capabilities();
+    if (caps.compute_major < 9) {
+        for (const std::uint32_t clusters : caps.clusters_a_cta_an_sm) {
+            CHECK(clusters == 0);  // no clusters before compute capability 9.0
+        }
+        return;
+    }
+    const std::uint32_t shared = caps.max_shared_memory_per_block_optin;
+    for (std::uint32_t size = 2; size <= 4; ++size) {
+        CAPTURE(size);
+        const std::uint32_t clusters = caps.clusters_a_cta_an_sm[size - 2];
+        MESSAGE(caps.name << " (" << caps.multiprocessor_count << " SMs): " << clusters << " clusters of " << size
+                          << " a CTA an SM; the estimate without the driver's count: " << [&] {
+                                 Capabilities estimate = caps;
+                                 estimate.clusters_a_cta_an_sm = {};
+                                 return estimate.clusters_at_once(size);
+                             }());
+        REQUIRE(clusters > 0);
+        CHECK(clusters * size <= caps.multiprocessor_count);
+        CHECK(caps.clusters_at_once(size) == clusters);
+        const std::string entry = "meet_in_clusters_of_" + std::to_string(size);
+        CUfunction function = runtime.internals().function(cluster_meeting(), entry);
+        runtime.internals().configure_dynamic_shared_memory(function, shared, entry);
+        for (const std::uint32_t launched : {clusters, clusters + 1}) {
+            CAPTURE(launched);
+            const std::uint32_t ctas = launched * size;
+            DeviceBuffer arrived(runtime, 4);
+            DeviceBuffer seen(runtime, ctas * 4);
+            runtime.memset_async(arrived.get(), 0, 4);
+            runtime.memset_async(seen.get(), 0, ctas * 4);
+            KernelArgs args;
+            args.ptr(arrived.get()).ptr(seen.get()).i32(static_cast<std::int32_t>(ctas));
+            args.i64(100'000'000);  // ~0.05 s at 2 GHz: how long a CTA waits for a cluster that cannot start
+            runtime.internals().launch(function, LaunchConfig{{ctas, 1, 1}, {32, 1, 1}, shared}, args, entry);
+            const auto values = test::download<unsigned>(runtime, seen);
+            const unsigned fewest = *std::min_element(values.begin(), values.end());
+            if (launched == clusters) {
+                CHECK(fewest == ctas);  // every CTA saw all the others: they ran at once
+            } else {
+                CHECK(fewest < ctas);  // the CTAs that ran first gave up before the last cluster started
+            }
+        }
+    }
+}
 
 TEST_CASE("an embedded kernel loads, launches and computes the dequantized weights")
 {
