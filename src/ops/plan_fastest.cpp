@@ -8,8 +8,9 @@
 //   M > 32          on sm_90: the same GEMM on warpgroup MMA (wgmma, compute_90a; tiles of
 //                   64 tokens up to M = 64 (at M = 65..128 in two rows where their split costs
 //                   less), of 128 up to M = 128 and of 256 past it, those two
-//                   fed by the tensor memory accelerator) when its grid fills three quarters
-//                   of the SMs (past M = 256: every CTA slot); without the tensor memory
+//                   fed by the tensor memory accelerator) when its grid fills seven tenths of
+//                   the SMs up to M = 128, three quarters up to M = 256 (past it: every CTA
+//                   slot); without the tensor memory
 //                   accelerator 128-token tiles up to M = 512 (the paired node up to 1024, and
 //                   on while M x K < 2^23)
 //   otherwise       matmul_prefill.cu: dequantise chunks of columns into scratch, then cuBLASLt

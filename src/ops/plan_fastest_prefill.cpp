@@ -327,19 +327,27 @@ std::size_t cta_slots(const FastestRequest& fastest, const PrefillTiles& tiles)
     return static_cast<std::size_t>(tiles.min_ctas) * fastest.request.context.capabilities.multiprocessor_count;
 }
 
-// Whether a wgmma grid of `ctas` CTAs of `tiles` keeps enough of the device busy to beat dequantise + cuBLASLt:
-// three quarters of the SMs up to M = 256, every CTA slot past it (see wgmma_prefill).
+// Whether a wgmma grid of `ctas` CTAs of `tiles` keeps enough of the device busy to beat dequantise + cuBLASLt
+// and the mma.sync GEMM: seven tenths of the SMs up to M = 128, three quarters up to M = 256, every CTA slot past
+// it (see wgmma_prefill). At M <= 128 the grids of 93 to 98 CTAs that seven tenths admits are the split ones of 24
+// and 32 column tiles, 96 CTAs a CTA an SM, which measured faster than what three quarters left them (H100 80GB
+// HBM3, fp16 int4 block 32, one call, two processes each, M = 33 / 48 / 64 / 96 / 128, us): Llama-3-8B o split
+// 4 -> 3 (past M = 64 two rows of 64-token tiles split 2 -> one row of 128 split 3) 19.95 / 20.48 / 20.69 / 20.46
+// / 20.64 -> 16.35 / 16.40 / 16.69 / 19.31 / 20.18, down 48.19 / 48.58 / 48.26 / 51.01 / 50.93 -> 36.93 / 37.20
+// / 37.39 / 45.54 / 46.54; Phi-3.5-mini down (mma.sync split 4 up to M = 64, two rows split 4 past it -> one row
+// split 4) 24.18 / 25.79 / 26.14 / 32.19 / 32.24 -> 20.64 / 20.82 / 21.68 / 24.93 / 25.87; bf16 with block 128
+// zero points alike (8B down M = 64 55.84 -> 42.48, Phi-3.5-mini down M = 128 37.33 -> 30.54).
 bool wgmma_grid_fills(const FastestRequest& fastest, const PrefillTiles& tiles, std::size_t ctas)
 {
     const std::size_t sms = fastest.request.context.capabilities.multiprocessor_count;
     if (fastest.m > kWgmmaMaxM) {
         return ctas >= cta_slots(fastest, tiles);
     }
-    return 4 * ctas >= 3 * sms;
+    return fastest.m > kWgmmaTallMinM ? 4 * ctas >= 3 * sms : 10 * ctas >= 7 * sms;
 }
 
 // The cheapest split of a wgmma grid of `tiles` over clusters of 4, 3 or 2 CTAs (measured_split_k): of those
-// whose clusters run in one round and whose grid keeps the wgmma route (three quarters of the SMs), the fewest
+// whose clusters run in one round and whose grid keeps the wgmma route (wgmma_grid_fills), the fewest
 // k tiles a CTA, a k tile costing 5/3 where the clusters need a second CTA on some SMs, and a 128-token k tile
 // 4/3 of a 64-token one (see wgmma_tiles). Split 1 and cost 0 where none qualifies: nodes of fewer than
 // kSplitWgmmaMinWeights weights, and grids of more than one row tile but the 64-token tiles' two at M = 65..128.
@@ -389,10 +397,12 @@ WgmmaSplit cheapest_wgmma_split(const FastestRequest& fastest, const PrefillTile
 //   -> 25.01 / 27.57, int8 40.86 / 42.06 -> 25.97 / 27.82; not at K = 3072
 //   (Phi-3.5-mini o, 24 tiles, M = 64: fp16 14.85 -> 16.24, int8 16.11 ->
 //   20.53).
-// - wgmma GEMM with one row tile (M <= 128): of 4, 3 and 2, whose clusters
-//   run in one round and whose grid keeps the wgmma route (three quarters of
-//   the SMs), the fewest k tiles a CTA, weighed by the SMs given two CTAs
-//   (clusters of 3 and the rounds of clusters below).
+// - wgmma GEMM with one row tile (M <= 128; two of 64 tokens at M = 65..128,
+//   see two_rows_of_small_tiles_pay): cheapest_wgmma_split, of 4, 3 and 2,
+//   whose clusters run in one round and whose grid keeps the wgmma route
+//   (seven tenths of the SMs, wgmma_grid_fills), the fewest k tiles a CTA,
+//   weighed by the SMs given two CTAs (clusters of 3 and the rounds of
+//   clusters below).
 //   qkv M = 128 (48 tiles) 31.4 us split 4 against 38.4 dequantised, down
 //   (32) 80.0 against 101.7, up (112) 48.4 split 2 against 59.0. With
 //   two row tiles the split lost or tied (down M = 256: 4 gave 129.9 against
@@ -1102,7 +1112,8 @@ std::size_t wgmma_max_m(const FastestRequest& fastest)
 }
 
 // sm_90 (wgmma is arch-specific: compute 9.0 exactly) for 32 < M <= 256 when
-// the grid fills three quarters of the SMs, and for 256 < M <= 512 (the
+// the grid fills seven tenths of the SMs (three quarters past M = 128; see
+// wgmma_grid_fills), and for 256 < M <= 512 (the
 // paired gate/up node: see wgmma_max_m) when it covers every CTA slot (two an SM). On
 // the H200 (nbits-bench, fp16 int4 block 32): Llama-3-8B up M = 128 58.5 us
 // against 84.6 fused on mma.sync, M = 256 85.2 against 111.0 dequantised;

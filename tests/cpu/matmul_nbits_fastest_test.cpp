@@ -351,18 +351,15 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
     // SM (Qwen2.5-7B o, 28 clusters) or halves a CTA's k tiles against 2 (Llama-3-8B qkv: 48 clusters); 3
     // where 4 would put two CTAs on some SMs (Qwen2.5-7B qkv, 36 clusters) or need a second round (Phi-3.5-mini
     // qkv: 72 clusters, 62 of 4 fit); 2 where 3 and 4 would need a second round (Llama-3-70B qkv, 80 clusters)
-    // or only 2 keeps a CTA an SM (Llama-3-70B o and down: 64 clusters). Llama-3-8B o (32 tiles) keeps 4 up to
-    // M = 64: 3 would leave the wgmma route (96 CTAs).
+    // or only 2 keeps a CTA an SM (Llama-3-70B o and down: 64 clusters); Llama-3-8B o (32 tiles) 3, whose 96
+    // CTAs keep seven tenths of the SMs (the bound up to M = 128), where 4 would put two CTAs on some SMs.
     for (const auto& [k, n, tiles, split] :
-         {std::tuple{3584, 3584, 28, 4}, std::tuple{3584, 4608, 36, 3}, std::tuple{4096, 4096, 32, 4},
+         {std::tuple{3584, 3584, 28, 4}, std::tuple{3584, 4608, 36, 3}, std::tuple{4096, 4096, 32, 3},
           std::tuple{4096, 6144, 48, 4}, std::tuple{3072, 9216, 72, 3}, std::tuple{8192, 10240, 80, 2},
           std::tuple{8192, 8192, 64, 2}, std::tuple{28672, 8192, 64, 2}}) {
         CAPTURE(n);
         for (const std::size_t m : {40, 64, 128}) {
             CAPTURE(m);
-            if (m == 128 && k == 4096 && n == 4096) {
-                continue;  // two rows of 64-token tiles, below
-            }
             const LaunchPlan h200 = fastest(node(k, n), rows(m)).plan();
             CHECK(h200.variant == "nbits_prefill_wgmma");
             const Dim3 grid{static_cast<std::uint32_t>(tiles), 1, static_cast<std::uint32_t>(split)};
@@ -371,11 +368,11 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
         }
     }
     // At M = 65..128 two rows of 64-token tiles where their split costs less (a 64-token k tile 3/4 of a
-    // 128-token one): Llama-3-8B o and down (32 column tiles: 32 clusters of 4 of 128 tokens, two over the 30
-    // that run a CTA an SM, against 64 clusters of 2 that do) and Phi-3.5-mini down (24 column tiles, whose
-    // 128-token grid stays short of three quarters of the SMs even split 4: 48 clusters of 4 of 64 tokens).
+    // 128-token one) or only they keep the wgmma route: Llama-3.2-1B down (8192 x 2048, 16 column tiles: 64 CTAs
+    // of 128 tokens split 4, short of seven tenths of the SMs; 32 clusters of 3 of 64 tokens run a CTA an SM) and
+    // Qwen2.5-1.5B down (8960 x 1536, 12: 24 clusters of 4).
     for (const auto& [k, n, tiles, split] :
-         {std::tuple{4096, 4096, 32, 2}, std::tuple{14336, 4096, 32, 2}, std::tuple{8192, 3072, 24, 4}}) {
+         {std::tuple{8192, 2048, 16, 3}, std::tuple{8960, 1536, 12, 4}}) {
         CAPTURE(k);
         CAPTURE(n);
         for (const std::size_t m : {65, 96, 128}) {
@@ -404,14 +401,22 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
     CHECK(test::kernel_step(fastest(node(8192, 8192), rows(64), fewer_pairs).plan(), 0).config.grid == Dim3{64, 1, 3});
     CHECK(fastest(node(3072, 3072), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
     CHECK(fastest(node(3072, 3072), rows(80)).plan().variant == "nbits_prefill_dequantize_cublaslt");
-    // Phi-3.5-mini down (24 column tiles: its wgmma grid short of three quarters of the SMs even split 4) takes
-    // the mma.sync GEMM, which splits K = 8192 over clusters of 4 at M = 33..64 (24 of them run a CTA an SM),
-    // over 2 below; Phi-3.5-mini o (K = 3072) keeps 2.
-    for (const std::size_t m : {33, 48, 64}) {
+    // Phi-3.5-mini down (24 column tiles) takes the wgmma GEMM split 4 (96 CTAs, 24 clusters a CTA an SM) at
+    // M = 33..128 and Llama-3-8B down (32) split 3; Llama-3.2-1B down (8192 x 2048, 16 column tiles), whose wgmma
+    // grid stays short of seven tenths of the SMs, the mma.sync GEMM, which splits K = 8192 over clusters of 4 at
+    // M = 33..64 (16 of them run a CTA an SM), over 2 below; Phi-3.5-mini o (K = 3072) keeps 2.
+    for (const std::size_t m : {33, 48, 64, 65, 96, 128}) {
         CAPTURE(m);
         const LaunchPlan down = fastest(node(8192, 3072), rows(m)).plan();
-        CHECK(down.variant == "nbits_prefill_fused");
+        CHECK(down.variant == "nbits_prefill_wgmma");
         CHECK(test::kernel_step(down, 0).config.grid == Dim3{24, 1, 4});
+        CHECK(test::kernel_step(fastest(node(14336, 4096), rows(m)).plan(), 0).config.grid == Dim3{32, 1, 3});
+    }
+    for (const std::size_t m : {33, 48, 64}) {
+        CAPTURE(m);
+        const LaunchPlan down = fastest(node(8192, 2048), rows(m)).plan();
+        CHECK(down.variant == "nbits_prefill_fused");
+        CHECK(test::kernel_step(down, 0).config.grid == Dim3{16, 1, 4});
     }
     CHECK(test::kernel_step(fastest(node(8192, 3072), rows(32)).plan(), 0).config.grid == Dim3{48, 1, 2});
     CHECK(test::kernel_step(fastest(node(3072, 3072), rows(48)).plan(), 0).config.grid == Dim3{48, 2, 2});
@@ -520,11 +525,11 @@ TEST_CASE("Fastest prefill split-K (NBITS_PREFILL_SPLIT_K): clusters along z on 
     CHECK(up.scratch_bytes.empty());
     CHECK(up.capture_safe);
     // Split grids count when the routes ask whether the SMs fill: Llama-3-8B qkv (48 tiles) at M = 128 takes
-    // dequantise + cuBLASLt unsplit, the mma.sync GEMM with 2 CTAs a tile (96 of 132 SMs), the wgmma GEMM with
+    // dequantise + cuBLASLt unsplit, the wgmma GEMM with 2 CTAs a tile (96 of 132 SMs: seven tenths) and with
     // 4 (192).
     CHECK(split(without_tma(node(4096, 6144), rows(128)), 1).plan().variant == "nbits_prefill_dequantize_cublaslt");
     const LaunchPlan qkv2 = split(without_tma(node(4096, 6144), rows(128)), 2).plan();
-    CHECK(qkv2.variant == "nbits_prefill_fused");
+    CHECK(qkv2.variant == "nbits_prefill_wgmma");
     CHECK(test::kernel_step(qkv2, 0).config.grid == Dim3{48, 1, 2});
     const LaunchPlan qkv4 = split(without_tma(node(4096, 6144), rows(128)), 4).plan();
     CHECK(qkv4.variant == "nbits_prefill_wgmma");
@@ -601,13 +606,12 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM over 64-token tiles from M =
     CHECK(fastest(node(4096, 6144), rows(33)).plan().variant == "nbits_prefill_wgmma");
     CHECK(test::kernel_step(fastest(node(4096, 6144), rows(64)).plan(), 0).defines == step.defines);
     CHECK(from(fastest(node(4096, 6144), rows(64)), 65).plan().variant == "nbits_prefill_fused");
-    // From 12 M weights the 64-token tiles split K (Llama-3-8B o, 16.8 M: 32 tiles over clusters of 4; its
-    // 128-token tiles do not, see the test of the routes past M = 64). A grid short of the SMs even split over
+    // From 12 M weights the 64-token tiles split K (Llama-3-8B o, 16.8 M: 32 tiles over clusters of 3). A grid short of the SMs even split over
     // four keeps the mma.sync GEMM (Phi-3.5-mini o: 24 tiles), as do other GPUs; the paired node runs 64 gate and
     // 64 up rows a CTA.
     const LaunchPlan o_proj = fastest(node(4096, 4096), rows(64)).plan();
     CHECK(o_proj.variant == "nbits_prefill_wgmma");
-    CHECK(test::kernel_step(o_proj, 0).config.grid == Dim3{32, 1, 4});
+    CHECK(test::kernel_step(o_proj, 0).config.grid == Dim3{32, 1, 3});
     // Below 12 M weights the 64-token tiles are not split either (Qwen2.5-0.5B up, 4.4 M: 38 tiles).
     CHECK(fastest(node(896, 4864), rows(64)).plan().variant == "nbits_prefill_fused");
     CHECK(from(fastest(node(3072, 3072), rows(64)), 17).plan().variant == "nbits_prefill_fused");

@@ -504,12 +504,14 @@ TEST_SUITE("nbits-prewarm: a model's shapes")
         REQUIRE(unsplit.exit_code == 0);
         REQUIRE(split.exit_code == 0);
         // Llama-3-8B qkv at M = 128 (by default the wgmma GEMM over clusters of 4): dequantise + cuBLASLt
-        // unsplit, the mma.sync GEMM over clusters of 2.
+        // unsplit, the wgmma GEMM over clusters of 2 (96 CTAs: seven tenths of the H200's SMs) on every sm_90
+        // device named.
         CHECK(unsplit.output.find("nbits_dequantize") != std::string::npos);
         CHECK(unsplit.output.find("NBITS_SPLIT_K") == std::string::npos);
-        CHECK(split.output.find("sm_90   matmul_prefill:nbits_prefill_gemm") != std::string::npos);
-        CHECK(split.output.find("-DNBITS_WGMMA=0") != std::string::npos);
+        CHECK(split.output.find("sm_90a  matmul_prefill:nbits_prefill_gemm_tma") != std::string::npos);
+        CHECK(split.output.find("-DNBITS_WGMMA=1") != std::string::npos);
         CHECK(split.output.find("-DNBITS_SPLIT_K=2") != std::string::npos);
+        CHECK(split.output.find("nbits_dequantize") == std::string::npos);
     }
 
     TEST_CASE("a shapes file lists nodes in the command line's vocabulary; its errors name the line")

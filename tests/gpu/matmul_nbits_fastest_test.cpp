@@ -685,8 +685,8 @@ TEST_CASE("the sm_90 wgmma GEMM over two rows of 64-token tiles at M = 65..128 m
         const ScopedEnv tokens(ops::kPrefillWgmmaTileMEnv, std::string("64"));
         check_wgmma_nodes(at_rows(twice_the_columns(wide_prefill_cases()), {65, 100, 128, 80}), 0x64b0000ull);
     }
-    // The plan's own choice on the narrow nodes whose 128-token grid leaves SMs idle (it counts the H200's 132
-    // SMs): Llama-3-8B o (32 column tiles, split 2) and Phi-3.5-mini down (24, split 4), every feature once.
+    // The plan's own choice on the narrow deep nodes whose 128-token grid leaves SMs idle (it counts the H200's 132
+    // SMs): Llama-3.2-1B down (16 column tiles, split 3) and Qwen2.5-1.5B down (12, split 4), every feature once.
     const auto& device = matmul_gpu().capabilities();
     if (device.multiprocessor_count != 132) {
         MESSAGE("the planned cases count 132 SMs; this GPU has " << device.multiprocessor_count);
@@ -697,10 +697,10 @@ TEST_CASE("the sm_90 wgmma GEMM over two rows of 64-token tiles at M = 65..128 m
         std::uint32_t split;
     };
     const std::vector<Planned> planned = {
-        {feature_case(DataType::Float16, 100, 4, 32, false, Bias::Plain, false, false, 4096, 4096), 2},
-        {feature_case(DataType::BFloat16, 65, 4, 128, true, Bias::PerToken, false, false, 4096, 4096), 2},
-        {feature_case(DataType::Float16, 128, 8, 64, true, Bias::Folded, true, false, 3072, 8192), 4},
-        {feature_case(DataType::BFloat16, 96, 4, 16, false, Bias::None, false, false, 3072, 8192), 4},
+        {feature_case(DataType::Float16, 100, 4, 32, false, Bias::Plain, false, false, 2048, 8192), 3},
+        {feature_case(DataType::BFloat16, 65, 4, 128, true, Bias::PerToken, false, false, 2048, 8192), 3},
+        {feature_case(DataType::Float16, 128, 8, 64, true, Bias::Folded, true, false, 1536, 8960), 4},
+        {feature_case(DataType::BFloat16, 96, 4, 16, false, Bias::None, false, false, 1536, 8960), 4},
     };
     std::uint64_t seed = 0x64c0000ull;
     for (const Planned& p : planned) {
