@@ -656,18 +656,20 @@ std::size_t stream_k_partial_bytes(const PrefillTiles& tiles)
 
 // At M = 65..128, two rows of 64-token tiles where their split costs less than one row of 128-token tiles' or
 // only theirs keeps the wgmma route (cheapest_wgmma_split; not under NBITS_PREFILL_WGMMA_TILE_M or _TILE_N or a
-// stream-K grid): the narrow nodes whose 128-token grid leaves SMs idle or doubles CTAs up on some. A 128-token k
-// tile costs 1.15-1.24x a 64-token one where the grids match (M = 128 against 64, H100: Llama-3-8B up 37.84 /
-// 31.87 us, Llama-3-70B o 39.74 / 34.42, down 118.05 / 100.62, Qwen2.5-7B o 17.79 / 14.35, Phi-3.5-mini up 20.85 /
-// 17.22), counted 4/3. Measured on the H100 80GB HBM3 (one call, fp16 int4 block 32, M = 80 / 96 / 128, us, as
-// planned before -> two rows of 64-token tiles at the split this rule takes): Llama-3-8B o (split 4 -> 2) 24.24 /
-// 24.98 / 26.43 -> 20.64 / 20.67 / 20.75, down 57.09 / 57.79 / 59.23 -> 51.60 / 51.62 / 51.39, Phi-3.5-mini down
-// (dequantised -> split 4) 48.88 / 49.63 / 51.65 -> 32.45 / 32.46 / 32.64. Where the rule keeps 128-token tiles
-// they were faster: Qwen2.5-7B o 17.06 / 16.96 / 17.94 against 18.29 / 18.32 / 18.29 (split 2), qkv 18.54 /
-// 18.78 / 19.62 against 22.48 / 22.82 / 22.85 (split 3), down 47.14 / 46.96 / 47.94 against 59.07 / 59.94 /
-// 60.56 (4), Llama-3-8B qkv 27.15 / 26.35 / 27.57 against 30.98 / 30.96 / 31.22 (2), Phi-3.5-mini qkv 27.89 /
-// 26.98 / 27.46 against 34.91 / 35.15 / 35.62 (2). Phi-3.5-mini o (9.4 M weights, below kSplitWgmmaMinWeights)
-// stays dequantised, 20.05 / 20.51 / 22.69 against 17.86 / 17.89 / 17.89 split 4 (not taken: unmeasured below it).
+// stream-K grid): the deep nodes too narrow for a split grid of 128-token tiles to fill seven tenths of the SMs,
+// which would dequantise. A 128-token k tile costs 1.15-1.24x a 64-token one where the grids match (M = 128
+// against 64, H100: Llama-3-8B up 37.84 / 31.87 us, Llama-3-70B o 39.74 / 34.42, down 118.05 / 100.62, Qwen2.5-7B
+// o 17.79 / 14.35, Phi-3.5-mini up 20.85 / 17.22), counted 4/3. Measured on the H100 80GB HBM3 (one call, fp16
+// int4 block 32, M = 65 / 96 / 128, us, dequantise + cuBLASLt -> two rows): Llama-3.2-1B down (8192 x 2048, 16
+// column tiles, split 3) 32.51 / 33.65 / 34.90 -> 24.93 / 25.04 / 25.18, Qwen2.5-1.5B down (8960 x 1536, 12, split
+// 4) 26.86 / 28.40 / 28.96 -> 21.14 / 21.42 / 21.94. Where the rule keeps one row, two rows forced were slower (M =
+// 80 / 96 / 128, best split): Qwen2.5-7B o 18.29 / 18.32 / 18.29 against 17.06 / 16.96 / 17.94, qkv 22.48 / 22.82
+// / 22.85 against 18.54 / 18.78 / 19.62, down 59.07 / 59.94 / 60.56 against 47.14 / 46.96 / 47.94, Llama-3-8B qkv
+// 30.98 / 30.96 / 31.22 against 27.15 / 26.35 / 27.57; and on Llama-3-8B o and down and Phi-3.5-mini down, whose
+// one row splits 3 or 4 under seven tenths (see wgmma_grid_fills), two rows split 2 or 4 took 20.6, 51.3 and 32.5
+// against 19.3-20.2, 45.5-46.5 and 24.9-25.9. Phi-3.5-mini o (9.4 M weights, below kSplitWgmmaMinWeights) stays
+// dequantised, 20.05 / 20.51 / 22.69 against 17.86 / 17.89 / 17.89 two rows split 4 (not taken: unmeasured below
+// the bound).
 bool two_rows_of_small_tiles_pay(const FastestRequest& fastest, const bool stream_k)
 {
     const PlanOverrides& overrides = fastest.request.context.overrides;

@@ -606,9 +606,9 @@ TEST_CASE("Fastest prefill on sm_90: the wgmma GEMM over 64-token tiles from M =
     CHECK(fastest(node(4096, 6144), rows(33)).plan().variant == "nbits_prefill_wgmma");
     CHECK(test::kernel_step(fastest(node(4096, 6144), rows(64)).plan(), 0).defines == step.defines);
     CHECK(from(fastest(node(4096, 6144), rows(64)), 65).plan().variant == "nbits_prefill_fused");
-    // From 12 M weights the 64-token tiles split K (Llama-3-8B o, 16.8 M: 32 tiles over clusters of 3). A grid short of the SMs even split over
-    // four keeps the mma.sync GEMM (Phi-3.5-mini o: 24 tiles), as do other GPUs; the paired node runs 64 gate and
-    // 64 up rows a CTA.
+    // From 12 M weights the 64-token tiles split K (Llama-3-8B o, 16.8 M: 32 tiles over clusters of 3). A grid
+    // short of the SMs even split over four keeps the mma.sync GEMM (Phi-3.5-mini o: 24 tiles), as do other GPUs;
+    // the paired node runs 64 gate and 64 up rows a CTA.
     const LaunchPlan o_proj = fastest(node(4096, 4096), rows(64)).plan();
     CHECK(o_proj.variant == "nbits_prefill_wgmma");
     CHECK(test::kernel_step(o_proj, 0).config.grid == Dim3{32, 1, 3});
