@@ -313,6 +313,9 @@ struct DeviceFacts {
     int compute_major = 0;
     int compute_minor = 0;
     int multiprocessors = 0;
+    // The clusters of 2, 3 and 4 CTAs that run at once a CTA an SM, as the runtime counted them for its plans
+    // ("66/39/30"; empty where it counted none: no clusters, or a report from before the count).
+    std::string clusters;
     std::size_t l2_bytes = 0;
     std::size_t total_memory = 0;
     int driver_version = 0;   // 13000 for CUDA 13.0

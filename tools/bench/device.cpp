@@ -256,6 +256,10 @@ DeviceFacts read_device_facts(CudaRuntime& runtime)
     facts.compute_major = capabilities.compute_major;
     facts.compute_minor = capabilities.compute_minor;
     facts.multiprocessors = static_cast<int>(capabilities.multiprocessor_count);
+    const auto& clusters = capabilities.clusters_a_cta_an_sm;
+    if (clusters[0] > 0) {
+        facts.clusters = fmt::format("{}/{}/{}", clusters[0], clusters[1], clusters[2]);
+    }
     facts.l2_bytes = static_cast<std::size_t>(std::max(l2, 0));
     facts.total_memory = total;
     facts.driver_version = driver.version;

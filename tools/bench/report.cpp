@@ -70,8 +70,10 @@ std::string timing_cell(const Timing& timing)
 std::string device_line(const Report& report)
 {
     const DeviceFacts& d = report.device;
-    return fmt::format("nbits-bench {} on {} (sm_{}{}, {} SMs, L2 {:.0f} MiB, {:.0f} GiB), driver {}.{}, NVRTC {}",
-                       report.version, d.name, d.compute_major, d.compute_minor, d.multiprocessors,
+    const std::string clusters =
+        d.clusters.empty() ? std::string() : fmt::format(" (clusters of 2/3/4 at once: {})", d.clusters);
+    return fmt::format("nbits-bench {} on {} (sm_{}{}, {} SMs{}, L2 {:.0f} MiB, {:.0f} GiB), driver {}.{}, NVRTC {}",
+                       report.version, d.name, d.compute_major, d.compute_minor, d.multiprocessors, clusters,
                        static_cast<double>(d.l2_bytes) / kMiB, static_cast<double>(d.total_memory) / kGiB,
                        d.driver_version / 1000, d.driver_version % 1000 / 10, d.nvrtc_version);
 }
@@ -401,8 +403,11 @@ std::string render_json(const Report& report)
         .field("l2_bytes", d.l2_bytes)
         .field("total_memory", d.total_memory)
         .field("driver_version", d.driver_version)
-        .field("nvrtc_version", d.nvrtc_version)
-        .end_object();
+        .field("nvrtc_version", d.nvrtc_version);
+    if (!d.clusters.empty()) {
+        json.field("clusters_a_cta_an_sm", d.clusters);  // absent where the runtime counted none
+    }
+    json.end_object();
     if (report.ceiling) {
         json.key("read_ceiling").begin_object().field("gbps", report.ceiling->gbps).field("bytes", report.ceiling->bytes);
         json.key("timing");
@@ -757,6 +762,7 @@ Report parse_report(const std::string& text)
     report.device.compute_major = static_cast<int>(member(d, "compute_major").number());
     report.device.compute_minor = static_cast<int>(member(d, "compute_minor").number());
     report.device.multiprocessors = static_cast<int>(member(d, "multiprocessors").number());
+    report.device.clusters = member(d, "clusters_a_cta_an_sm").string();
     report.device.l2_bytes = member(d, "l2_bytes").unsigned_integer();
     report.device.total_memory = member(d, "total_memory").unsigned_integer();
     report.device.driver_version = static_cast<int>(member(d, "driver_version").number());

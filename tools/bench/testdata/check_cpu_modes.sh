@@ -86,6 +86,7 @@ contains() {
 
 # --read-floor's column: the row's time against the streaming read of its bytes.
 expect 0 "$bench" --from-json "$here/sample_timing.json"
+contains "$work/out" "132 SMs (clusters of 2/3/4 at once: 66/39/30)"
 contains "$work/out" "%floor"
 contains "$work/out" "      7.50    83.3"
 expect 0 "$bench" --from-json "$here/sample_timing.json" --csv
