@@ -11,13 +11,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <exception>
 #include <limits>
 #include <mutex>
 #include <set>
 #include <system_error>
-#include <array>
 #include <thread>
 
 namespace nbits {
