@@ -19,6 +19,8 @@
 #include <set>
 #include <system_error>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace nbits {
 namespace {
@@ -119,6 +121,28 @@ std::array<int, 3> count_clusters(const DeviceAttributes& attributes)
     return counts;
 }
 
+// count_clusters once a process and device: the counts depend on the GPU and
+// the driver only, and each count loads a module (10-13 ms with the driver's
+// JIT cache off), which engines that create a runtime per session or thread
+// would otherwise pay every time. A count that came back empty is not kept,
+// so that a later runtime asks again.
+std::array<int, 3> clusters_of(CUdevice device, const DeviceAttributes& attributes)
+{
+    static std::mutex mutex;
+    static std::vector<std::pair<CUdevice, std::array<int, 3>>> counted;
+    const std::lock_guard<std::mutex> lock(mutex);
+    for (const auto& [known, counts] : counted) {
+        if (known == device) {
+            return counts;
+        }
+    }
+    const std::array<int, 3> counts = count_clusters(attributes);
+    if (std::any_of(counts.begin(), counts.end(), [](int count) { return count > 0; })) {
+        counted.emplace_back(device, counts);
+    }
+    return counts;
+}
+
 }  // namespace
 
 CudaRuntime::Internals::ScopedContext::ScopedContext(const Internals& runtime)
@@ -175,7 +199,7 @@ CudaRuntime::Internals::Internals(const RuntimeOptions& options) : ordinal_(opti
     cuda::check(d.primary_ctx_retain(&context_, device_), "retaining the primary CUDA context");
     try {
         ScopedContext scope(*this);
-        attributes.clusters_a_cta_an_sm = count_clusters(attributes);
+        attributes.clusters_a_cta_an_sm = clusters_of(device_, attributes);
         capabilities_ = Capabilities::from(attributes);
         // Non-blocking: the legacy NULL stream cannot be captured into a CUDA graph.
         cuda::check(d.stream_create(&stream_, CU_STREAM_NON_BLOCKING), "creating the nbits CUDA stream");

@@ -142,6 +142,12 @@ TEST_CASE("the clusters a runtime counts run at once one CTA an SM, and one clus
             }
         }
     }
+    // Another runtime of the device, created after the first, plans with the same counts (the process keeps them).
+    RuntimeOptions options;
+    options.device = runtime.device();
+    options.disk_cache.enabled = false;
+    const CudaRuntime another(options);
+    CHECK(another.capabilities().clusters_a_cta_an_sm == caps.clusters_a_cta_an_sm);
 }
 
 TEST_CASE("an embedded kernel loads, launches and computes the dequantized weights")
