@@ -115,6 +115,10 @@ constexpr int kWgmmaProducerWarps = 4;
 // measured_split_k): just below the smallest node measured to gain, Qwen2.5-7B
 // o (12.8 M); Phi-3.5-mini o (9.4 M) lost.
 constexpr std::size_t kSplitWgmmaMinWeights = 12000000;
+// The same bound for two rows of 64-token tiles at M = 65..128 (two_rows_of_small_tiles_pay): just below
+// Phi-3.5-mini o (9.4 M), the smallest node measured to gain in every layout there; 2944 x 3072 (9.0 M) gained
+// in fp16 and lost in bf16 with zero points.
+constexpr std::size_t kSplitTwoRowsMinWeights = 9200000;
 
 // Tiles of 128 weight rows for M = 12..32 (kWideTilesMinM..kWideTilesMaxM): each stage of 16 or 32 tokens feeds
 // twice the rows of the presets' 64, K split over two warps.
@@ -350,7 +354,8 @@ bool wgmma_grid_fills(const FastestRequest& fastest, const PrefillTiles& tiles, 
 // whose clusters run in one round and whose grid keeps the wgmma route (wgmma_grid_fills), the fewest
 // k tiles a CTA, a k tile costing 5/3 where the clusters need a second CTA on some SMs, and a 128-token k tile
 // 4/3 of a 64-token one (see wgmma_tiles). Split 1 and cost 0 where none qualifies: nodes of fewer than
-// kSplitWgmmaMinWeights weights, and grids of more than one row tile but the 64-token tiles' two at M = 65..128.
+// kSplitWgmmaMinWeights weights (kSplitTwoRowsMinWeights for two rows), and grids of more than one row tile but the
+// 64-token tiles' two at M = 65..128.
 struct WgmmaSplit {
     std::size_t split = 1;
     std::size_t cost = 0;
@@ -362,7 +367,8 @@ WgmmaSplit cheapest_wgmma_split(const FastestRequest& fastest, const PrefillTile
     const Capabilities& device = fastest.request.context.capabilities;
     const std::size_t row_tiles = div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m));
     const bool small_pair = tiles.small_wgmma_tiles() && row_tiles == 2;
-    if ((row_tiles != 1 && !small_pair) || config.k * config.n < kSplitWgmmaMinWeights) {
+    if ((row_tiles != 1 && !small_pair) ||
+        config.k * config.n < (small_pair ? kSplitTwoRowsMinWeights : kSplitWgmmaMinWeights)) {
         return {};
     }
     const std::size_t output_tiles = prefill_output_tiles(fastest, tiles);
@@ -667,9 +673,12 @@ std::size_t stream_k_partial_bytes(const PrefillTiles& tiles)
 // / 22.85 against 18.54 / 18.78 / 19.62, down 59.07 / 59.94 / 60.56 against 47.14 / 46.96 / 47.94, Llama-3-8B qkv
 // 30.98 / 30.96 / 31.22 against 27.15 / 26.35 / 27.57; and on Llama-3-8B o and down and Phi-3.5-mini down, whose
 // one row splits 3 or 4 under seven tenths (see wgmma_grid_fills), two rows split 2 or 4 took 20.6, 51.3 and 32.5
-// against 19.3-20.2, 45.5-46.5 and 24.9-25.9. Phi-3.5-mini o (9.4 M weights, below kSplitWgmmaMinWeights) stays
-// dequantised, 20.05 / 20.51 / 22.69 against 17.86 / 17.89 / 17.89 two rows split 4 (not taken: unmeasured below
-// the bound).
+// against 19.3-20.2, 45.5-46.5 and 24.9-25.9. Phi-3.5-mini o (9.4 M weights, below kSplitWgmmaMinWeights but
+// above kSplitTwoRowsMinWeights) takes two rows split 4 (24 column tiles, 48 clusters of 4), against dequantise +
+// cuBLASLt (H100 80GB HBM3, one call, two runs each, M = 65 / 80 / 96 / 128, us): fp16 20.45 / 19.95 / 20.21 /
+// 22.69 -> 17.71 / 17.65 / 17.86 / 17.94, bf16 19.92-22.59 -> 18.32-18.66, bf16 block 128 with zero points
+// 19.82-22.78 -> 19.10-19.39, int8 21.44-24.14 -> 20.21-20.45. 2944 x 3072 (9.0 M), below: fp16 18.56-21.14 ->
+// 17.50-17.78, but bf16 block 128 with zero points 18.35-18.99 -> 19.54-19.74 at M = 65..96.
 bool two_rows_of_small_tiles_pay(const FastestRequest& fastest, const bool stream_k)
 {
     const PlanOverrides& overrides = fastest.request.context.overrides;

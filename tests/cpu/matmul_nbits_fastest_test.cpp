@@ -369,10 +369,11 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
     }
     // At M = 65..128 two rows of 64-token tiles where their split costs less (a 64-token k tile 3/4 of a
     // 128-token one) or only they keep the wgmma route: Llama-3.2-1B down (8192 x 2048, 16 column tiles: 64 CTAs
-    // of 128 tokens split 4, short of seven tenths of the SMs; 32 clusters of 3 of 64 tokens run a CTA an SM) and
-    // Qwen2.5-1.5B down (8960 x 1536, 12: 24 clusters of 4).
+    // of 128 tokens split 4, short of seven tenths of the SMs; 32 clusters of 3 of 64 tokens run a CTA an SM),
+    // Qwen2.5-1.5B down (8960 x 1536, 12: 24 clusters of 4) and Phi-3.5-mini o (3072 x 3072, 24: 48 clusters of 4;
+    // 9.4 M weights, above two rows' bound of 9.2 M, below one row's 12 M).
     for (const auto& [k, n, tiles, split] :
-         {std::tuple{8192, 2048, 16, 3}, std::tuple{8960, 1536, 12, 4}}) {
+         {std::tuple{8192, 2048, 16, 3}, std::tuple{8960, 1536, 12, 4}, std::tuple{3072, 3072, 24, 4}}) {
         CAPTURE(k);
         CAPTURE(n);
         for (const std::size_t m : {65, 96, 128}) {
@@ -399,8 +400,9 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
     Capabilities fewer_pairs = Capabilities::h200();
     fewer_pairs.clusters_a_cta_an_sm = {60, 0, 0};
     CHECK(test::kernel_step(fastest(node(8192, 8192), rows(64), fewer_pairs).plan(), 0).config.grid == Dim3{64, 1, 3});
-    CHECK(fastest(node(3072, 3072), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
-    CHECK(fastest(node(3072, 3072), rows(80)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    // Below two rows' 9.2 M weights (2944 x 3072, 9.0 M) the dequantise + cuBLASLt route stays.
+    CHECK(fastest(node(2944, 3072), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    CHECK(fastest(node(2944, 3072), rows(80)).plan().variant == "nbits_prefill_dequantize_cublaslt");
     // Phi-3.5-mini down (24 column tiles) takes the wgmma GEMM split 4 (96 CTAs, 24 clusters a CTA an SM) at
     // M = 33..128 and Llama-3-8B down (32) split 3; Llama-3.2-1B down (8192 x 2048, 16 column tiles), whose wgmma
     // grid stays short of seven tenths of the SMs, the mma.sync GEMM, which splits K = 8192 over clusters of 4 at
