@@ -117,8 +117,12 @@ constexpr int kWgmmaProducerWarps = 4;
 constexpr std::size_t kSplitWgmmaMinWeights = 12000000;
 // The same bound for two rows of 64-token tiles at M = 65..128 (two_rows_of_small_tiles_pay): just below
 // Phi-3.5-mini o (9.4 M), the smallest node measured to gain in every layout there; 2944 x 3072 (9.0 M) gained
-// in fp16 and lost in bf16 with zero points.
+// in fp16 and lost in bf16 with zero points. Below kSplitWgmmaMinWeights they split only where a CTA keeps at most
+// kSmallSplitMaxKTiles k tiles: the dequantise + cuBLASLt route takes these nodes about 20 us whatever their
+// shape, and a two-rows CTA of 11 or 12 k tiles (2048 x 4608 split 3, 3072 x 3072 split 4) beat it in every
+// layout, one of 16 (2048 x 5120 split 2) only in fp16.
 constexpr std::size_t kSplitTwoRowsMinWeights = 9200000;
+constexpr std::size_t kSmallSplitMaxKTiles = 12;
 
 // Tiles of 128 weight rows for M = 12..32 (kWideTilesMinM..kWideTilesMaxM): each stage of 16 or 32 tokens feeds
 // twice the rows of the presets' 64, K split over two warps.
@@ -354,8 +358,8 @@ bool wgmma_grid_fills(const FastestRequest& fastest, const PrefillTiles& tiles, 
 // whose clusters run in one round and whose grid keeps the wgmma route (wgmma_grid_fills), the fewest
 // k tiles a CTA, a k tile costing 5/3 where the clusters need a second CTA on some SMs, and a 128-token k tile
 // 4/3 of a 64-token one (see wgmma_tiles). Split 1 and cost 0 where none qualifies: nodes of fewer than
-// kSplitWgmmaMinWeights weights (kSplitTwoRowsMinWeights for two rows), and grids of more than one row tile but the
-// 64-token tiles' two at M = 65..128.
+// kSplitWgmmaMinWeights weights (kSplitTwoRowsMinWeights for two rows, whose CTAs then keep at most
+// kSmallSplitMaxKTiles k tiles), and grids of more than one row tile but the 64-token tiles' two at M = 65..128.
 struct WgmmaSplit {
     std::size_t split = 1;
     std::size_t cost = 0;
@@ -379,6 +383,9 @@ WgmmaSplit cheapest_wgmma_split(const FastestRequest& fastest, const PrefillTile
         const std::size_t lone = device.clusters_at_once(split);
         if (output_tiles > lone * static_cast<std::size_t>(tiles.min_ctas) ||
             !wgmma_grid_fills(fastest, tiles, output_tiles * split)) {
+            continue;
+        }
+        if (config.k * config.n < kSplitWgmmaMinWeights && div_ceil(k_tiles, split) > kSmallSplitMaxKTiles) {
             continue;
         }
         const std::size_t cost = div_ceil(k_tiles, split) * (output_tiles > lone ? 5 : 3) * tile_cost;

@@ -400,9 +400,17 @@ TEST_CASE("Fastest prefill past M = 64 fuses only when the fused grid fills half
     Capabilities fewer_pairs = Capabilities::h200();
     fewer_pairs.clusters_a_cta_an_sm = {60, 0, 0};
     CHECK(test::kernel_step(fastest(node(8192, 8192), rows(64), fewer_pairs).plan(), 0).config.grid == Dim3{64, 1, 3});
-    // Below two rows' 9.2 M weights (2944 x 3072, 9.0 M) the dequantise + cuBLASLt route stays.
-    CHECK(fastest(node(2944, 3072), rows(128)).plan().variant == "nbits_prefill_dequantize_cublaslt");
-    CHECK(fastest(node(2944, 3072), rows(80)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+    // Below two rows' 9.2 M weights (2944 x 3072, 9.0 M) the dequantise + cuBLASLt route stays, and below 12 M
+    // where a CTA would keep more than 12 k tiles: 2048 x 5120 (10.5 M, 80 tiles split 2: 16 k tiles a CTA), not
+    // 2048 x 4608 (9.4 M, 72 tiles split 3: 11).
+    for (const std::size_t m : {80, 128}) {
+        CAPTURE(m);
+        CHECK(fastest(node(2944, 3072), rows(m)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+        CHECK(fastest(node(2048, 5120), rows(m)).plan().variant == "nbits_prefill_dequantize_cublaslt");
+        const LaunchPlan split3 = fastest(node(2048, 4608), rows(m)).plan();
+        CHECK(split3.variant == "nbits_prefill_wgmma");
+        CHECK(test::kernel_step(split3, 0).config.grid == Dim3{36, 2, 3});
+    }
     // Phi-3.5-mini down (24 column tiles) takes the wgmma GEMM split 4 (96 CTAs, 24 clusters a CTA an SM) at
     // M = 33..128 and Llama-3-8B down (32) split 3; Llama-3.2-1B down (8192 x 2048, 16 column tiles), whose wgmma
     // grid stays short of seven tenths of the SMs, the mma.sync GEMM, which splits K = 8192 over clusters of 4 at
