@@ -371,12 +371,14 @@ WgmmaSplit cheapest_wgmma_split(const FastestRequest& fastest, const PrefillTile
     const Capabilities& device = fastest.request.context.capabilities;
     const std::size_t row_tiles = div_ceil(fastest.m, static_cast<std::size_t>(tiles.tile_m));
     const bool small_pair = tiles.small_wgmma_tiles() && row_tiles == 2;
+    const std::size_t weights = config.k * config.n;
     if ((row_tiles != 1 && !small_pair) ||
-        config.k * config.n < (small_pair ? kSplitTwoRowsMinWeights : kSplitWgmmaMinWeights)) {
+        weights < (small_pair ? kSplitTwoRowsMinWeights : kSplitWgmmaMinWeights)) {
         return {};
     }
     const std::size_t output_tiles = prefill_output_tiles(fastest, tiles);
     const std::size_t k_tiles = div_ceil(config.k, static_cast<std::size_t>(tiles.tile_k));
+    const std::size_t max_cta_k_tiles = weights < kSplitWgmmaMinWeights ? kSmallSplitMaxKTiles : k_tiles;
     const std::size_t tile_cost = tiles.small_wgmma_tiles() ? 3 : 4;
     WgmmaSplit best;
     for (const std::size_t split : {std::size_t{4}, std::size_t{3}, std::size_t{2}}) {
@@ -385,10 +387,11 @@ WgmmaSplit cheapest_wgmma_split(const FastestRequest& fastest, const PrefillTile
             !wgmma_grid_fills(fastest, tiles, output_tiles * split)) {
             continue;
         }
-        if (config.k * config.n < kSplitWgmmaMinWeights && div_ceil(k_tiles, split) > kSmallSplitMaxKTiles) {
+        const std::size_t cta_k_tiles = div_ceil(k_tiles, split);
+        if (cta_k_tiles > max_cta_k_tiles) {
             continue;
         }
-        const std::size_t cost = div_ceil(k_tiles, split) * (output_tiles > lone ? 5 : 3) * tile_cost;
+        const std::size_t cost = cta_k_tiles * (output_tiles > lone ? 5 : 3) * tile_cost;
         if (best.cost == 0 || cost < best.cost) {
             best = {split, cost};
         }
