@@ -79,8 +79,9 @@ namespace ops {
 // route, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4), NBITS_DECODE_TILES
 // (1|2), NBITS_DECODE_STAGE_ACTS (0|1), NBITS_DECODE_COL_WARPS (1|2|4),
 // NBITS_DECODE_CLUSTER_K (1|2|4), NBITS_DECODE_CHUNKS (1|2),
-// NBITS_DECODE_STAGE_META (0|1) and NBITS_DECODE_PREFETCH (0|1) for its
-// decode kernels. Other values are ignored.
+// NBITS_DECODE_STAGE_META (0|1), NBITS_DECODE_PREFETCH (0|1) and
+// NBITS_DECODE_EARLY_ACTS (0|1|2) for its decode kernels. Other values are
+// ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
 inline constexpr const char* kDownColumnsAliasEnv = "ONNX_GENAI_DOWN_COLS";
@@ -105,6 +106,7 @@ inline constexpr const char* kDecodeClusterKEnv = "NBITS_DECODE_CLUSTER_K";
 inline constexpr const char* kDecodeChunksEnv = "NBITS_DECODE_CHUNKS";
 inline constexpr const char* kDecodeStageMetaEnv = "NBITS_DECODE_STAGE_META";
 inline constexpr const char* kDecodePrefetchEnv = "NBITS_DECODE_PREFETCH";
+inline constexpr const char* kDecodeEarlyActsEnv = "NBITS_DECODE_EARLY_ACTS";
 
 struct PlanOverrides {
     std::optional<int> down_columns;
@@ -216,6 +218,12 @@ struct PlanOverrides {
     // scales, zero points) while it waits for the kernel before it; 0: it
     // does not. Unset: 1.
     std::optional<int> decode_prefetch;
+    // Where the tensor-core decode kernels that load the activations from L2
+    // (not staged with the weights) load a k step's: 0 as they compute it, 1
+    // before they wait for its weights, made B operands there, 2 before that
+    // wait, made operands as computed. Unset: the rule in the plan (1 for the
+    // paired gate/up node at M = 9..16 of int4 block 32, else 0).
+    std::optional<int> decode_early_acts;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
     // The same rules over given variables (environment name -> text; a name
@@ -228,8 +236,8 @@ struct PlanOverrides {
     // PREFILL_WIDE_SPLIT and PREFILL_STREAM_K 0 or 1, DECODE_PDL
     // 0 or 1, DECODE_STAGES 2 to 4, DECODE_TILES 1 or 2, DECODE_STAGE_ACTS 0 or
     // 1, DECODE_COL_WARPS 1, 2 or 4, PREFILL_CHUNK_COLUMNS 64 to 1048576,
-    // DECODE_CLUSTER_K 1, 2 or 4, DECODE_CHUNKS 1 or 2, DECODE_STAGE_META and
-    // DECODE_PREFETCH 0 or 1.
+    // DECODE_CLUSTER_K 1, 2 or 4, DECODE_CHUNKS 1 or 2, DECODE_STAGE_META,
+    // DECODE_PREFETCH 0 or 1, DECODE_EARLY_ACTS 0, 1 or 2.
     static PlanOverrides parse(const std::map<std::string, std::string>& variables);
     // Whether any override is set.
     bool any() const;

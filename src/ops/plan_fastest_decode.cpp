@@ -399,6 +399,29 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     return single_row_down ? decode_geometry_for(fastest, 2) : one;
 }
 
+// Where a k step's activations are loaded, NBITS_EARLY_ACTS in matmul_decode.cu (0: as it is computed, 1: as B
+// operands before the warp waits for its weights, 2: loaded then, made operands as computed); staged ones are
+// in the ring. Measured on the H100 (fp16 and bf16, int4 block 32, `nbits-bench --sweep decode --m 2,8,16
+// --policy fastest --no-dense --overrides early:NBITS_DECODE_EARLY_ACTS=1`, one call): 1 pays for the paired
+// gate/up node of two batch tiles (M = 16, fp16 / bf16: Llama-3-70B 131.73 -> 117.51 / 129.69 -> 122.70 us,
+// Llama-3-8B 38.20 -> 35.84 / 38.81 -> 36.83, Qwen2.5-7B 43.75 -> 41.74 / 44.03 -> 42.72, Phi-3.5-mini 16.67
+// -> 16.24 / 17.28 -> 16.52), whose registers then hold without spilling (ptxas: 16 bytes spilled without);
+// it lost on one weight set of two batch tiles (Qwen2.5-7B qkv 8.88 -> 9.75, Llama-3-8B down 18.36 -> 19.72),
+// on the paired Llama-3-70B at M = 8 (95.26 -> 102.72) and, with block 128 and zero points, on the paired
+// nodes at M = 16 (Llama-3-8B 30.57 -> 31.77), which spill nothing either way.
+int decode_early_acts(const FastestRequest& fastest, bool stage_acts)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    const std::optional<int> forced = fastest.request.context.overrides.decode_early_acts;
+    if (stage_acts) {
+        return 0;
+    }
+    if (forced) {
+        return *forced;
+    }
+    return fastest.up != nullptr && fastest.m > 8 && config.bits == 4 && config.block_size == 32 ? 1 : 0;
+}
+
 // On compute capability 9.0 and newer the tensor-core decode kernels launch
 // as programmatic dependents of the kernel before them (NBITS_DECODE_PDL=0
 // turns it off): their CTAs take the SMs that kernel's CTAs leave and wait
@@ -529,6 +552,10 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
             .shared_memory(shared_bytes, true);
         if (stage_meta) {
             step.define("NBITS_STAGE_META", 1);
+        }
+        const int early_acts = decode_early_acts(fastest, stage_acts);
+        if (early_acts != 0) {
+            step.define("NBITS_EARLY_ACTS", early_acts);
         }
         if (programmatic) {
             step.define("NBITS_PROGRAMMATIC", 1).programmatic_dependent(true);

@@ -1677,6 +1677,45 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     }
 }
 
+TEST_CASE("Fastest decode loads the activations before the weights' wait for the paired node of two batch tiles, int4 "
+          "block 32, unless NBITS_DECODE_EARLY_ACTS says")
+{
+    auto early_of = [](const test::Problem& problem) {
+        const KernelStep step = test::kernel_step(problem.plan(), 0);
+        REQUIRE(step.entry.rfind("nbits_decode", 0) == 0);
+        for (int mode : {1, 2}) {
+            if (defines(step, "NBITS_EARLY_ACTS=" + std::to_string(mode))) {
+                return mode;
+            }
+        }
+        return 0;
+    };
+    auto paired = [](std::size_t k, std::size_t n, std::size_t bits = 4, std::size_t block = 32) {
+        return test::marked(node(k, n, bits, block), kGateUpSwigluAttr);
+    };
+    // The paired node at M = 9..16, fp16 and bf16, symmetric or not, with the RMS-norm prologue too.
+    CHECK(early_of(fastest(paired(4096, 14336), rows(16))) == 1);
+    CHECK(early_of(fastest(paired(8192, 28672), rows(9))) == 1);
+    CHECK(early_of(fastest(paired(3584, 18944), rows(12, DataType::BFloat16))) == 1);
+    test::Shapes zp = rows(16);
+    zp.zero_points = true;
+    CHECK(early_of(fastest(paired(4096, 14336), zp)) == 1);
+    // Not one batch tile, one weight set, int8 or another block size.
+    CHECK(early_of(fastest(paired(4096, 14336), rows(8))) == 0);
+    CHECK(early_of(fastest(node(3584, 4608), rows(16))) == 0);
+    CHECK(early_of(fastest(paired(4096, 14336, 8), rows(16))) == 0);
+    CHECK(early_of(fastest(paired(4096, 14336, 4, 128), zp)) == 0);
+    // NBITS_DECODE_EARLY_ACTS sets it where the activations are loaded from L2, not where they are staged with the
+    // weights (M = 1).
+    auto forced = [](test::Problem p, int mode) {
+        return with_override(std::move(p), &PlanOverrides::decode_early_acts, mode);
+    };
+    CHECK(early_of(forced(fastest(node(4096, 128256), rows(8)), 2)) == 2);
+    CHECK(early_of(forced(fastest(node(3584, 4608), rows(16)), 1)) == 1);
+    CHECK(early_of(forced(fastest(paired(4096, 14336), rows(16)), 0)) == 0);
+    CHECK(early_of(forced(fastest(node(4096, 128256), rows(1)), 1)) == 0);
+}
+
 TEST_CASE("Fastest decode copies two chunks a lane per k step where a CTA takes one tile, unless NBITS_DECODE_CHUNKS says")
 {
     auto chunks_of = [](const test::Problem& problem) {
