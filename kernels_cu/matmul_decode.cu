@@ -121,7 +121,7 @@
 #define NBITS_STAGE_ACTS 0
 #endif
 
-#ifndef NBITS_EARLY_ACTS  // tensor cores: a k step's rows of A loaded before its weights are waited for, see tc_compute
+#ifndef NBITS_EARLY_ACTS  // tensor cores, 1: a k step's rows of A are loaded before its weights are waited for
 #define NBITS_EARLY_ACTS 0
 #endif
 
@@ -1330,50 +1330,9 @@ __device__ __forceinline__ void load_gamma_word(const void* gamma, int k, float 
     }
 }
 
-// The activations of one word (k .. k + kWordCodes) of the lane's row of
-// batch tile mt as natural pairs, zeros past M and K; with kStageActs from
-// `staged`, their shared address in the step's stage.
-template <bool TAIL>
-__device__ __forceinline__ void load_act_pairs(const TcActs& act, int mt, int k, u32 staged, u32 (&nat)[kPairs])
-{
-#pragma unroll
-    for (int i = 0; i < kPairs; ++i) nat[i] = 0u;
-    if (act.ok[mt]) {
-        if constexpr (kStageActs) {
-            ld_shared_words<2 * kWordCodes>(staged + (u32)(8 * mt * kActRowStride), nat);
-        } else {
-            load_act_word<TAIL>(act.row[mt], k, nat);
-        }
-    }
-}
-
-// B operands of one batch tile from those pairs: RMS-normalised with gamma
-// (`gm`, the squares added to ss) and in the pair order of the weights' words.
-__device__ __forceinline__ void b_pairs_of(const float (&gm)[kWordCodes], u32 (&nat)[kPairs], float& ss, u32 (&x)[kPairs])
-{
-    if constexpr (kRms) {
-#pragma unroll
-        for (int i = 0; i < kPairs; ++i) {
-            const float lo = lo_float<kBf16>(nat[i]);
-            const float hi = hi_float<kBf16>(nat[i]);
-            ss = fmaf(lo, lo, ss);
-            ss = fmaf(hi, hi, ss);
-            nat[i] = pack2<kBf16>(lo * gm[2 * i], hi * gm[2 * i + 1]);
-        }
-    }
-    if constexpr (kBits == 4) {
-        x[0] = __byte_perm(nat[0], nat[2], 0x5410);  // (k0, k4)
-        x[1] = __byte_perm(nat[0], nat[2], 0x7632);  // (k1, k5)
-        x[2] = __byte_perm(nat[1], nat[3], 0x5410);  // (k2, k6)
-        x[3] = __byte_perm(nat[1], nat[3], 0x7632);  // (k3, k7)
-    } else {
-#pragma unroll
-        for (int i = 0; i < kPairs; ++i) x[i] = nat[i];
-    }
-}
-
 // B operands of word slot w of chunk r: the activations at the k of that
-// slot, in the pair order of the weights' words (zeros past M and K).
+// slot, in the pair order of the weights' words (zeros past M and K); with
+// kStageActs from `staged`, their shared address in the step's stage.
 template <bool TAIL>
 __device__ __forceinline__ void load_b_word(
     const TcActs& act, int k, u32 staged, float (&ss)[kMTiles], u32 (&x)[kMTiles][kPairs])
@@ -1385,8 +1344,34 @@ __device__ __forceinline__ void load_b_word(
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
         u32 nat[kPairs];
-        load_act_pairs<TAIL>(act, mt, k, staged, nat);
-        b_pairs_of(gm, nat, ss[mt], x[mt]);
+#pragma unroll
+        for (int i = 0; i < kPairs; ++i) nat[i] = 0u;
+        if (act.ok[mt]) {
+            if constexpr (kStageActs) {
+                ld_shared_words<2 * kWordCodes>(staged + (u32)(8 * mt * kActRowStride), nat);
+            } else {
+                load_act_word<TAIL>(act.row[mt], k, nat);
+            }
+        }
+        if constexpr (kRms) {
+#pragma unroll
+            for (int i = 0; i < kPairs; ++i) {
+                const float lo = lo_float<kBf16>(nat[i]);
+                const float hi = hi_float<kBf16>(nat[i]);
+                ss[mt] = fmaf(lo, lo, ss[mt]);
+                ss[mt] = fmaf(hi, hi, ss[mt]);
+                nat[i] = pack2<kBf16>(lo * gm[2 * i], hi * gm[2 * i + 1]);
+            }
+        }
+        if constexpr (kBits == 4) {
+            x[mt][0] = __byte_perm(nat[0], nat[2], 0x5410);  // (k0, k4)
+            x[mt][1] = __byte_perm(nat[0], nat[2], 0x7632);  // (k1, k5)
+            x[mt][2] = __byte_perm(nat[1], nat[3], 0x5410);  // (k2, k6)
+            x[mt][3] = __byte_perm(nat[1], nat[3], 0x7632);  // (k3, k7)
+        } else {
+#pragma unroll
+            for (int i = 0; i < kPairs; ++i) x[mt][i] = nat[i];
+        }
     }
 }
 
@@ -1420,80 +1405,46 @@ __device__ __forceinline__ void load_staged_meta(u32, int, int, int, float (&)[k
 {
 }
 
-// The k of word slot w of chunk index r of a k step: in exact mode word t of
+// The B operands of chunk index r of a k step, loaded (and normalised) once
+// for every tile and weight set: word slot w holds, in exact mode, word t of
 // chunk 4r + w (one block), else word w of the lane's own chunk 4r + t.
-__device__ __forceinline__ int slot_k(int step, int r, int t, int w)
-{
-    return step * kStepCodes +
-           (kExact ? (4 * r + w) * kChunkCodes + t * kWordCodes : (4 * r + t) * kChunkCodes + w * kWordCodes);
-}
-
-// NBITS_EARLY_ACTS loads a k step's rows of A before the warp waits for its
-// weights (tc_run's prepare), so that their trip to L2 overlaps the wait
-// instead of following it: 1 makes them B operands there (permuted and
-// normalised; nothing of them stays but the operands), 2 only loads them and
-// leaves the rest to the step's computation (nothing waits on them before
-// the weights). 0 loads each chunk's as it is computed, which holds the
-// fewest registers across the wait.
-constexpr bool kEarlyActs = NBITS_EARLY_ACTS != 0;
-constexpr bool kEarlyOperands = NBITS_EARLY_ACTS == 1;
-static_assert(NBITS_EARLY_ACTS >= 0 && NBITS_EARLY_ACTS <= 2, "NBITS_EARLY_ACTS is 0, 1 or 2");
-static_assert(!kEarlyActs || !kStageActs, "NBITS_EARLY_ACTS loads the rows of A that NBITS_STAGE_ACTS stages");
-typedef u32 ChunkWords[4][kMTiles][kPairs];  // word slot, batch tile, pair
-
-// A step's activations as NBITS_EARLY_ACTS keeps them until it is computed.
+// `acts` is the shared address of the step's staged activations (kStageActs).
+typedef u32 ChunkActs[4][kMTiles][kPairs];
 template <bool TAIL>
-__device__ __forceinline__ void load_step_words(
-    ChunkWords (&words)[kChunks], float (&ss)[kMTiles], const TcActs& act, int lane, int step)
+__device__ __forceinline__ void tc_acts(
+    ChunkActs& x, u32 acts, float (&ss)[kMTiles], const TcActs& act, int lane, int step, int r)
 {
+    const int t = lane & 3;
+    const int k0 = step * kStepCodes + (kExact ? 4 * r * kChunkCodes + t * kWordCodes : (4 * r + t) * kChunkCodes);
+    const int stride = kExact ? kChunkCodes : kWordCodes;
 #pragma unroll
-    for (int r = 0; r < kChunks; ++r)
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-            const int k = slot_k(step, r, lane & 3, w);
-            if constexpr (kEarlyOperands) {
-                load_b_word<TAIL>(act, k, 0u, ss, words[r][w]);
-            } else {
-#pragma unroll
-                for (int mt = 0; mt < kMTiles; ++mt) load_act_pairs<TAIL>(act, mt, k, 0u, words[r][w][mt]);
-            }
-        }
+    for (int w = 0; w < 4; ++w) {
+        const int k = k0 + w * stride;
+        load_b_word<TAIL>(act, k, acts + (u32)((lane >> 2) * kActRowStride + 2 * (k - step * kStepCodes)), ss, x[w]);
+    }
 }
 
-// One k step: each chunk's activations are loaded (and normalised) once and
-// reused by every tile and weight set; `early` holds their words with
-// kEarlyActs.
+// With NBITS_EARLY_ACTS a k step's activations are loaded before the warp
+// waits for its weights (tc_run's prepare), so that their trip to L2 overlaps
+// the wait instead of following it; else each chunk's are loaded as it is
+// computed, which holds fewer registers. Staged activations are in the stage.
+constexpr bool kEarlyActs = NBITS_EARLY_ACTS != 0;
+static_assert(!kEarlyActs || !kStageActs, "NBITS_EARLY_ACTS loads the rows of A that NBITS_STAGE_ACTS stages");
+
+// One k step; `early` holds its activations with kEarlyActs.
 template <bool TAIL, int NSETS>
 __device__ __forceinline__ void tc_compute(
-    const TcFrag<NSETS>& f, u32 stage, ChunkWords* early, float (&acc)[NSETS][kTiles][kMTiles][4],
+    const TcFrag<NSETS>& f, u32 stage, const ChunkActs* early, float (&acc)[NSETS][kTiles][kMTiles][4],
     float (&ss)[kMTiles], const TcActs& act, int lane, int step)
 {
     const int t = lane & 3;
-    // Shared address of the staged activations of code k of this step.
-    const u32 acts = stage + (u32)weight_stage_bytes<NSETS>();
-    auto staged = [&](int k) { return acts + (u32)((lane >> 2) * kActRowStride + 2 * (k - step * kStepCodes)); };
 #pragma unroll
     for (int r = 0; r < kChunks; ++r) {
-        u32 x[4][kMTiles][kPairs];
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-            const int k = slot_k(step, r, t, w);
-            if constexpr (kEarlyOperands) {
-#pragma unroll
-                for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-                    for (int i = 0; i < kPairs; ++i) x[w][mt][i] = early[r][w][mt][i];
-            } else if constexpr (kEarlyActs) {
-                float gm[kWordCodes];
-                if constexpr (kRms) {
-                    load_gamma_word<TAIL>(act.gamma, k, gm);
-                }
-#pragma unroll
-                for (int mt = 0; mt < kMTiles; ++mt) b_pairs_of(gm, early[r][w][mt], ss[mt], x[w][mt]);
-            } else {
-                load_b_word<TAIL>(act, k, staged(k), ss, x[w]);
-            }
+        ChunkActs loaded;
+        if constexpr (!kEarlyActs) {
+            tc_acts<TAIL>(loaded, stage + (u32)weight_stage_bytes<NSETS>(), ss, act, lane, step, r);
         }
+        const ChunkActs& x = *(kEarlyActs ? &early[r] : &loaded);
         if constexpr (kExact) {
 #pragma unroll
             for (int set = 0; set < NSETS; ++set) {
@@ -1921,15 +1872,18 @@ __device__ __forceinline__ void tc_run(
             }
         }
     };
-    ChunkWords early[kChunks];  // with kEarlyActs: the activations of the step compute takes next
+    ChunkActs early[kEarlyActs ? kChunks : 1];
     auto prepare = [&](int) {
         if constexpr (kEarlyActs) {
-            const int step = kwarp + next_compute.index * kSplitWarps;
-            if (step < kFullSteps) {
-                load_step_words<false>(early, ss, act, lane, step);
-            } else if constexpr (kHasTail) {
-                if (step < kSteps) {
-                    load_step_words<true>(early, ss, act, lane, step);
+            const int step = kwarp + next_compute.index * kSplitWarps;  // the step compute takes next
+#pragma unroll
+            for (int r = 0; r < kChunks; ++r) {
+                if (step < kFullSteps) {
+                    tc_acts<false>(early[r], 0u, ss, act, lane, step, r);
+                } else if constexpr (kHasTail) {
+                    if (step < kSteps) {
+                        tc_acts<true>(early[r], 0u, ss, act, lane, step, r);
+                    }
                 }
             }
         }

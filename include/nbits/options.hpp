@@ -80,7 +80,7 @@ namespace ops {
 // (1|2), NBITS_DECODE_STAGE_ACTS (0|1), NBITS_DECODE_COL_WARPS (1|2|4),
 // NBITS_DECODE_CLUSTER_K (1|2|4), NBITS_DECODE_CHUNKS (1|2),
 // NBITS_DECODE_STAGE_META (0|1), NBITS_DECODE_PREFETCH (0|1) and
-// NBITS_DECODE_EARLY_ACTS (0|1|2) for its decode kernels. Other values are
+// NBITS_DECODE_EARLY_ACTS (0|1) for its decode kernels. Other values are
 // ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
@@ -220,9 +220,9 @@ struct PlanOverrides {
     std::optional<int> decode_prefetch;
     // Where the tensor-core decode kernels that load the activations from L2
     // (not staged with the weights) load a k step's: 0 as they compute it, 1
-    // before they wait for its weights, made B operands there, 2 before that
-    // wait, made operands as computed. Unset: the rule in the plan (1 for the
-    // paired gate/up node at M = 9..16 of int4 block 32, else 0).
+    // before they wait for its weights, made mma operands there. Unset: the
+    // rule in the plan (1 for the paired gate/up node at M = 9..16 of int4
+    // block 32, else 0).
     std::optional<int> decode_early_acts;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
@@ -237,7 +237,7 @@ struct PlanOverrides {
     // 0 or 1, DECODE_STAGES 2 to 4, DECODE_TILES 1 or 2, DECODE_STAGE_ACTS 0 or
     // 1, DECODE_COL_WARPS 1, 2 or 4, PREFILL_CHUNK_COLUMNS 64 to 1048576,
     // DECODE_CLUSTER_K 1, 2 or 4, DECODE_CHUNKS 1 or 2, DECODE_STAGE_META,
-    // DECODE_PREFETCH 0 or 1, DECODE_EARLY_ACTS 0, 1 or 2.
+    // DECODE_PREFETCH and DECODE_EARLY_ACTS 0 or 1.
     static PlanOverrides parse(const std::map<std::string, std::string>& variables);
     // Whether any override is set.
     bool any() const;

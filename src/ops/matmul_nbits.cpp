@@ -272,7 +272,7 @@ PlanOverrides parse_overrides(const jit::EnvLookup& variable)
         accepted(variable(kDecodeChunksEnv), [](std::uint32_t chunks) { return chunks == 1 || chunks == 2; });
     overrides.decode_stage_meta = accepted(variable(kDecodeStageMetaEnv), [](std::uint32_t on) { return on <= 1; });
     overrides.decode_prefetch = accepted(variable(kDecodePrefetchEnv), [](std::uint32_t on) { return on <= 1; });
-    overrides.decode_early_acts = accepted(variable(kDecodeEarlyActsEnv), [](std::uint32_t mode) { return mode <= 2; });
+    overrides.decode_early_acts = accepted(variable(kDecodeEarlyActsEnv), [](std::uint32_t on) { return on <= 1; });
     return overrides;
 }
 

@@ -399,9 +399,8 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     return single_row_down ? decode_geometry_for(fastest, 2) : one;
 }
 
-// Where a k step's activations are loaded, NBITS_EARLY_ACTS in matmul_decode.cu (0: as it is computed, 1: as B
-// operands before the warp waits for its weights, 2: loaded then, made operands as computed); staged ones are
-// in the ring. Measured on the H100 (fp16 and bf16, int4 block 32, `nbits-bench --sweep decode --m 2,8,16
+// Where a k step's activations are loaded, NBITS_EARLY_ACTS in matmul_decode.cu (0: as it is computed, 1: as mma
+// operands before the warp waits for its weights); staged ones are in the ring. Measured on the H100 (fp16 and bf16, int4 block 32, `nbits-bench --sweep decode --m 2,8,16
 // --policy fastest --no-dense --overrides early:NBITS_DECODE_EARLY_ACTS=1`, one call): 1 pays for the paired
 // gate/up node of two batch tiles (M = 16, fp16 / bf16: Llama-3-70B 131.73 -> 117.51 / 129.69 -> 122.70 us,
 // Llama-3-8B 38.20 -> 35.84 / 38.81 -> 36.83, Qwen2.5-7B 43.75 -> 41.74 / 44.03 -> 42.72, Phi-3.5-mini 16.67

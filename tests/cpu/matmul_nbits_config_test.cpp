@@ -261,10 +261,10 @@ TEST_CASE("NBITS_DECODE_PREFETCH counts only as 0 or 1")
                    {"2", "-1", " 1", "", "on"}, {"0", 0});
 }
 
-TEST_CASE("NBITS_DECODE_EARLY_ACTS counts only as 0, 1 or 2")
+TEST_CASE("NBITS_DECODE_EARLY_ACTS counts only as 0 or 1")
 {
-    check_override(kDecodeEarlyActsEnv, &PlanOverrides::decode_early_acts,
-                   {{"0", 0}, {"1", 1}, {"2", 2}, {"+2", 2}}, {"3", "-1", " 1", "", "on"}, {"2", 2});
+    check_override(kDecodeEarlyActsEnv, &PlanOverrides::decode_early_acts, {{"0", 0}, {"1", 1}, {"+1", 1}},
+                   {"2", "-1", " 1", "", "on"}, {"1", 1});
 }
 
 TEST_CASE("plan overrides come from the environment only through PlanOverrides::from_environment")

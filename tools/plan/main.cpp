@@ -139,7 +139,7 @@ constexpr OverrideFlag kOverrideFlags[] = {
     {"decode-chunks", "1|2", kDecodeChunksEnv, &PlanOptions::decode_chunks},
     {"decode-stage-meta", "0|1", kDecodeStageMetaEnv, &PlanOptions::decode_stage_meta},
     {"decode-prefetch", "0|1", kDecodePrefetchEnv, &PlanOptions::decode_prefetch},
-    {"decode-early-acts", "0|1|2", kDecodeEarlyActsEnv, &PlanOptions::decode_early_acts},
+    {"decode-early-acts", "0|1", kDecodeEarlyActsEnv, &PlanOptions::decode_early_acts},
 };
 
 tools::CommandLine command_line(PlanOptions& o)
