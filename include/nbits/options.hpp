@@ -222,7 +222,7 @@ struct PlanOverrides {
     // (not staged with the weights) load a k step's: 0 as they compute it, 1
     // before they wait for its weights, made mma operands there. Unset: the
     // rule in the plan (1 for the paired gate/up node at M = 9..16 of int4
-    // block 32, else 0).
+    // block 32 without zero points, else 0).
     std::optional<int> decode_early_acts;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();

@@ -407,7 +407,8 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
 // -> 16.24 / 17.28 -> 16.52), whose registers then hold without spilling (ptxas: 16 bytes spilled without);
 // it lost on one weight set of two batch tiles (Qwen2.5-7B qkv 8.88 -> 9.75, Llama-3-8B down 18.36 -> 19.72),
 // on the paired Llama-3-70B at M = 8 (95.26 -> 102.72) and, with block 128 and zero points, on the paired
-// nodes at M = 16 (Llama-3-8B 30.57 -> 31.77), which spill nothing either way.
+// nodes at M = 16 (Llama-3-8B 30.57 -> 31.77), which spill nothing either way. Block 32 with zero points spills
+// too without it (32 bytes) and not with it, but was not measured, so it keeps the loads as computed.
 int decode_early_acts(const FastestRequest& fastest, bool stage_acts)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
@@ -418,7 +419,8 @@ int decode_early_acts(const FastestRequest& fastest, bool stage_acts)
     if (forced) {
         return *forced;
     }
-    return fastest.up != nullptr && fastest.m > 8 && config.bits == 4 && config.block_size == 32 ? 1 : 0;
+    const bool measured_layout = config.bits == 4 && config.block_size == 32 && !fastest.operands.has_zero_points();
+    return fastest.up != nullptr && fastest.m > 8 && measured_layout ? 1 : 0;
 }
 
 // On compute capability 9.0 and newer the tensor-core decode kernels launch
