@@ -400,15 +400,16 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
 }
 
 // Where a k step's activations are loaded, NBITS_EARLY_ACTS in matmul_decode.cu (0: as it is computed, 1: as mma
-// operands before the warp waits for its weights); staged ones are in the ring. Measured on the H100 (fp16 and bf16, int4 block 32, `nbits-bench --sweep decode --m 2,8,16
-// --policy fastest --no-dense --overrides early:NBITS_DECODE_EARLY_ACTS=1`, one call): 1 pays for the paired
-// gate/up node of two batch tiles (M = 16, fp16 / bf16: Llama-3-70B 131.73 -> 117.51 / 129.69 -> 122.70 us,
-// Llama-3-8B 38.20 -> 35.84 / 38.81 -> 36.83, Qwen2.5-7B 43.75 -> 41.74 / 44.03 -> 42.72, Phi-3.5-mini 16.67
-// -> 16.24 / 17.28 -> 16.52), whose registers then hold without spilling (ptxas: 16 bytes spilled without);
-// it lost on one weight set of two batch tiles (Qwen2.5-7B qkv 8.88 -> 9.75, Llama-3-8B down 18.36 -> 19.72),
-// on the paired Llama-3-70B at M = 8 (95.26 -> 102.72) and, with block 128 and zero points, on the paired
-// nodes at M = 16 (Llama-3-8B 30.57 -> 31.77), which spill nothing either way. Block 32 with zero points spills
-// too without it (32 bytes) and not with it, but was not measured, so it keeps the loads as computed.
+// operands before the warp waits for its weights); staged ones are in the ring. Measured on the H100 (fp16 and
+// bf16, int4 block 32, `nbits-bench --sweep decode --m 2,8,16 --policy fastest --no-dense --overrides
+// early:NBITS_DECODE_EARLY_ACTS=1`, one call): 1 pays for the paired gate/up node of two batch tiles (M = 16,
+// fp16 / bf16: Llama-3-70B 131.73 -> 117.51 / 129.69 -> 122.70 us, Llama-3-8B 38.20 -> 35.84 / 38.81 -> 36.83,
+// Qwen2.5-7B 43.75 -> 41.74 / 44.03 -> 42.72, Phi-3.5-mini 16.67 -> 16.24 / 17.28 -> 16.52), whose registers
+// then hold without spilling (ptxas: 16 bytes spilled without); it lost on one weight set of two batch tiles
+// (Qwen2.5-7B qkv 8.88 -> 9.75, Llama-3-8B down 18.36 -> 19.72), on the paired Llama-3-70B at M = 8 (95.26 ->
+// 102.72) and, with block 128 and zero points, on the paired nodes at M = 16 (Llama-3-8B 30.57 -> 31.77), which
+// spill nothing either way. Block 32 with zero points spills too without it (32 bytes) and not with it, but was
+// not measured, so it keeps the loads as computed.
 int decode_early_acts(const FastestRequest& fastest, bool stage_acts)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
