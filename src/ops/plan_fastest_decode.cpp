@@ -400,28 +400,51 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
 }
 
 // Where a k step's activations are loaded, NBITS_EARLY_ACTS in matmul_decode.cu (0: as it is computed, 1: as mma
-// operands before the warp waits for its weights); staged ones are in the ring. Measured on the H100 (fp16 and
-// bf16, int4 block 32, `nbits-bench --sweep decode --m 2,8,16 --policy fastest --no-dense --overrides
-// early:NBITS_DECODE_EARLY_ACTS=1`, one call): 1 pays for the paired gate/up node of two batch tiles (M = 16,
-// fp16 / bf16: Llama-3-70B 131.73 -> 117.51 / 129.69 -> 122.70 us, Llama-3-8B 38.20 -> 35.84 / 38.81 -> 36.83,
-// Qwen2.5-7B 43.75 -> 41.74 / 44.03 -> 42.72, Phi-3.5-mini 16.67 -> 16.24 / 17.28 -> 16.52), whose registers
-// then hold without spilling (ptxas: 16 bytes spilled without); it lost on one weight set of two batch tiles
-// (Qwen2.5-7B qkv 8.88 -> 9.75, Llama-3-8B down 18.36 -> 19.72), on the paired Llama-3-70B at M = 8 (95.26 ->
-// 102.72) and, with block 128 and zero points, on the paired nodes at M = 16 (Llama-3-8B 30.57 -> 31.77), which
-// spill nothing either way. Block 32 with zero points spills too without it (32 bytes) and not with it, but was
-// not measured, so it keeps the loads as computed.
-int decode_early_acts(const FastestRequest& fastest, bool stage_acts)
+// operands before the warp waits for its weights); staged ones are in the ring. It pays at M = 9..16 (two batch
+// tiles, whose loads of A hold most of the warps' stalls) for int4 block 32 where the registers stand it:
+// - the paired gate/up node, symmetric or with zero points. Measured on the H100 (fp16 and bf16, `nbits-bench
+//   --sweep decode --m 2,8,16 --policy fastest --no-dense --overrides early:NBITS_DECODE_EARLY_ACTS=1`, one call),
+//   at M = 16, fp16 / bf16: Llama-3-70B 131.73 -> 117.51 / 129.69 -> 122.70 us, Llama-3-8B 38.20 -> 35.84 / 38.81
+//   -> 36.83, Qwen2.5-7B 43.75 -> 41.74 / 44.03 -> 42.72, Phi-3.5-mini 16.67 -> 16.24 / 17.28 -> 16.52; at M = 9 /
+//   12 (fp16, a later call, off -> on) 70B 116.40 -> 112.03 / 125.12 -> 114.97, 8B 36.29 -> 34.19 / 37.38 -> 34.81,
+//   Phi-3.5 16.29 -> 15.42 / 16.55 -> 15.75; with zero points at M = 16 70B 150.60 -> 132.87, 8B 42.13 -> 39.91,
+//   Qwen2.5-7B 49.24 -> 45.54, Qwen2.5-0.5B 6.87 -> 6.43. ptxas spills 16 bytes without it (32 with zero points),
+//   none with it.
+// - one weight set on one column warp, no cluster, two CTAs of 8 warps an SM, and at least 4 k steps a warp and
+//   group or every group in one round (same later call, fp16, M = 9 / 12, off -> on): Llama-3-8B o 6.97 -> 6.65 /
+//   7.10 -> 6.79, Phi-3.5-mini o 5.91 -> 5.71 / 6.01 -> 5.89 (3 steps, but its 192 groups take one round) and
+//   down 10.99 -> 10.61 / 11.13 -> 10.86, Llama-3-70B qkv 30.06 -> 28.50 / 30.56 -> 29.37, Qwen2.5-7B o 6.37 ->
+//   6.29 / 6.56 -> 6.58, lm_head (two tiles) 128.52 -> 119.50 at M = 9. Slower elsewhere: three CTAs an SM, whose 80
+//   registers do not stand it (Qwen2.5-7B qkv 8.29 -> 9.01 / 8.50 -> 9.19, Llama-3-8B qkv 9.38 -> 9.70), two
+//   column warps or clusters (Llama-3-8B down 17.83 -> 18.77, Llama-3-70B down 55.98 -> 58.82, o 19.70
+//   -> 20.25), 4 warps (Qwen2.5-0.5B qkv 3.14 -> 3.25), Phi-3.5-mini qkv (3 steps over 2.2 rounds, 12.57 -> 12.99
+//   at M = 12).
+// Not at M = 8 (the paired Llama-3-70B 95.26 -> 102.72, where it spills instead) nor with block 128 and zero points
+// (the paired Llama-3-8B at M = 16 30.57 -> 31.77, no spills either way).
+int decode_early_acts(const FastestRequest& fastest, const DecodeGeometry& geometry)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
     const std::optional<int> forced = fastest.request.context.overrides.decode_early_acts;
-    if (stage_acts) {
+    if (geometry.stage_acts) {
         return 0;
     }
     if (forced) {
         return *forced;
     }
-    const bool measured_layout = config.bits == 4 && config.block_size == 32 && !fastest.operands.has_zero_points();
-    return fastest.up != nullptr && fastest.m > 8 && measured_layout ? 1 : 0;
+    if (fastest.m <= 8 || config.bits != 4 || config.block_size != 32) {
+        return 0;
+    }
+    if (fastest.up != nullptr) {
+        return 1;
+    }
+    const bool two_ctas_of_one_column_warp = geometry.col_warps == 1 && geometry.cluster_k == 1 &&
+                                             geometry.chunks == 1 && geometry.warps == 8 && geometry.min_blocks == 2;
+    const std::size_t groups = div_ceil(config.n, 16 * static_cast<std::size_t>(geometry.tiles));
+    const std::size_t sms = fastest.request.context.capabilities.multiprocessor_count;
+    const std::size_t slots = sms * geometry.min_blocks;
+    const std::size_t steps_a_warp = div_ceil(div_ceil(config.k, std::size_t{128}), std::size_t{geometry.warps});
+    const bool steps_or_one_round = steps_a_warp >= 4 || groups <= slots;
+    return !fastest.operands.has_zero_points() && two_ctas_of_one_column_warp && steps_or_one_round ? 1 : 0;
 }
 
 // On compute capability 9.0 and newer the tensor-core decode kernels launch
@@ -492,6 +515,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     int cols_per_warp = 1;
     std::size_t max_m = 1;
     bool programmatic = false;
+    int early_acts = 0;
     if (f32) {
         while (max_m < m) {
             max_m *= 2;
@@ -511,6 +535,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         stages = geometry.stages;
         grid = geometry.grid;
         shared_bytes = geometry.shared_bytes;
+        early_acts = decode_early_acts(fastest, geometry);
         programmatic = decode_programmatic(fastest);
         if (programmatic) {
             shared_bytes = programmatic_shared_bytes(fastest, min_blocks, shared_bytes);
@@ -555,7 +580,6 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         if (stage_meta) {
             step.define("NBITS_STAGE_META", 1);
         }
-        const int early_acts = decode_early_acts(fastest, stage_acts);
         if (early_acts != 0) {
             step.define("NBITS_EARLY_ACTS", early_acts);
         }

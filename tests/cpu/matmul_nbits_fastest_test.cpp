@@ -1677,8 +1677,8 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     }
 }
 
-TEST_CASE("Fastest decode loads the activations before the weights' wait for the paired node of two batch tiles, int4 "
-          "block 32 symmetric, unless NBITS_DECODE_EARLY_ACTS says")
+TEST_CASE("Fastest decode loads the activations before the weights' wait at M = 9..16, int4 block 32, for the paired "
+          "node and one weight set of one tile a CTA, unless NBITS_DECODE_EARLY_ACTS says")
 {
     auto early_of = [](const test::Problem& problem) {
         const KernelStep step = test::kernel_step(problem.plan(), 0);
@@ -1688,18 +1688,32 @@ TEST_CASE("Fastest decode loads the activations before the weights' wait for the
     auto paired = [](std::size_t k, std::size_t n, std::size_t bits = 4, std::size_t block = 32) {
         return test::marked(node(k, n, bits, block), kGateUpSwigluAttr);
     };
-    // The paired node at M = 9..16, fp16 and bf16, symmetric.
+    test::Shapes zp = rows(16);
+    zp.zero_points = true;
+    // The paired node at M = 9..16, fp16 and bf16, symmetric and with zero points.
     CHECK(early_of(fastest(paired(4096, 14336), rows(16))) == 1);
     CHECK(early_of(fastest(paired(8192, 28672), rows(9))) == 1);
     CHECK(early_of(fastest(paired(3584, 18944), rows(12, DataType::BFloat16))) == 1);
-    // Not with zero points (unmeasured), one batch tile, one weight set, int8 or another block size.
-    test::Shapes zp = rows(16);
-    zp.zero_points = true;
-    CHECK(early_of(fastest(paired(4096, 14336), zp)) == 0);
+    CHECK(early_of(fastest(paired(4096, 14336), zp)) == 1);
+    // One weight set on one tile a CTA, two CTAs of 8 warps an SM (H200: 264 slots), with at least 4 k steps a warp
+    // (K >= 3584) or every group in one round.
+    CHECK(early_of(fastest(node(4096, 4096), rows(12))) == 1);
+    CHECK(early_of(fastest(node(8192, 10240), rows(16, DataType::BFloat16))) == 1);
+    CHECK(early_of(fastest(node(4096, 128256), rows(9))) == 1);
+    CHECK(early_of(fastest(node(3072, 3072), rows(9))) == 1);
+    CHECK(early_of(fastest(node(3072, 9216), rows(12))) == 0);  // 3 steps, 576 groups
+    CHECK(early_of(fastest(node(3584, 4608), rows(16))) == 0);  // three CTAs an SM
+    CHECK(early_of(fastest(node(14336, 4096), rows(16))) == 0);  // two tiles in clusters of 2
+    CHECK(early_of(fastest(node(896, 1152), rows(16))) == 0);  // 4 warps
+    test::Shapes zp12 = rows(12);
+    zp12.zero_points = true;
+    CHECK(early_of(fastest(node(4096, 4096), zp12)) == 0);
+    // Not at one batch tile, nor int8 or another block size.
     CHECK(early_of(fastest(paired(4096, 14336), rows(8))) == 0);
-    CHECK(early_of(fastest(node(3584, 4608), rows(16))) == 0);
+    CHECK(early_of(fastest(node(4096, 4096), rows(8))) == 0);
     CHECK(early_of(fastest(paired(4096, 14336, 8), rows(16))) == 0);
     CHECK(early_of(fastest(paired(4096, 14336, 4, 128), zp)) == 0);
+    CHECK(early_of(fastest(node(4096, 4096, 4, 128), rows(16))) == 0);
     // NBITS_DECODE_EARLY_ACTS sets it where the activations are loaded from L2, not where they are staged with the
     // weights (M = 1).
     auto forced = [](test::Problem p, int mode) {
