@@ -33,13 +33,14 @@ struct DecodeGeometry {
 // Measured on the H200 (Llama-3 lm_head, down, qkv, gate/up; int4 and int8):
 // two stages beat three and four, whose extra ring and unrolled code cost
 // more than the depth gains once the weights no longer pass through registers.
+// The one exception, the paired node at M = 1, is decode_geometry's.
 constexpr std::uint32_t kDecodeStages = 2;
 
-// The ring's depth: kDecodeStages, or NBITS_DECODE_STAGES (2..4).
-std::uint32_t decode_stages(const FastestRequest& fastest)
+// The ring's depth: `planned`, or NBITS_DECODE_STAGES (2..4).
+std::uint32_t decode_stages(const FastestRequest& fastest, std::uint32_t planned)
 {
     const std::optional<int> stages = fastest.request.context.overrides.decode_stages;
-    return stages ? static_cast<std::uint32_t>(*stages) : kDecodeStages;
+    return stages ? static_cast<std::uint32_t>(*stages) : planned;
 }
 
 // Dynamic shared memory of nbits_decode_*: the layout of TcShared in
@@ -70,7 +71,7 @@ std::uint32_t decode_shared_bytes(std::uint32_t stage_count, std::uint32_t warps
 // reach the 128-register cap and spill (Llama-3-70B down 42.5 against 41.5 us
 // with one tile, same run). It must fit the SM's shared memory: a device with
 // less (sm_86/89: 100 KiB) gets fewer tiles or CTAs per SM.
-DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
+DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks, std::uint32_t stages = kDecodeStages)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
     const Capabilities& device = fastest.request.context.capabilities;
@@ -81,7 +82,7 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     const std::size_t sms = std::max<std::uint32_t>(device.multiprocessor_count, 1);
 
     DecodeGeometry geometry{};
-    geometry.stages = decode_stages(fastest);
+    geometry.stages = decode_stages(fastest, stages);
     geometry.chunks = chunks;
     const std::size_t step = (config.bits == 4 ? 128 : 64) * static_cast<std::size_t>(geometry.chunks);
     const std::size_t steps = div_ceil(config.k, step);
@@ -371,6 +372,16 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
 // spill (fp16, block 32, M = 1, same call, two -> one: Llama-3-70B gate+up
 // 98.63 -> 97.36 us, Qwen2.5-7B 34.06 -> 32.61, Llama-3-8B 30.73 -> 29.12;
 // the unpaired nodes keep two, 8B down 15.33 against 16.84 with one).
+// The symmetric paired node at M = 1 takes instead one chunk in a ring of three
+// stages: the same bytes in flight a warp, in finer steps and without the
+// staged scales. Measured on the H100 (`nbits-bench --sweep decode --proj
+// gateup --overrides s3:NBITS_DECODE_STAGES=3`, two chunks in two stages ->
+// this; fp16 in two calls, bf16 once; us): Llama-3-70B 97.43 -> 93.70, 95.52 ->
+// 92.32 and bf16 98.00 -> 94.96, Qwen2.5-7B 30.68 -> 29.88, 30.95 -> 29.79 and
+// 31.67 -> 30.70, Llama-3-8B 26.92 -> 26.66, 27.11 -> 26.69 and 27.66 -> 27.27.
+// Three stages lost where the plan keeps one chunk in two (Phi-3.5-mini, K =
+// 3072: 11.61 -> 12.01; Qwen2.5-0.5B 4.42 -> 4.51) and at M = 2..8, where the
+// batch's activations share the registers (70B at M = 8 99.10 -> 148.68).
 DecodeGeometry decode_geometry(const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
@@ -391,6 +402,13 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
         return one;
     }
     if (takes_two(one) && (!paired || config.k >= 3584)) {
+        const bool forced_stages = fastest.request.context.overrides.decode_stages.has_value();
+        if (paired && fastest.m == 1 && !forced_stages) {
+            const DecodeGeometry deeper = decode_geometry_for(fastest, 1, 3);
+            if (takes_two(deeper)) {
+                return deeper;
+            }
+        }
         const DecodeGeometry two = decode_geometry_for(fastest, 2);
         return takes_two(two) ? two : one;
     }

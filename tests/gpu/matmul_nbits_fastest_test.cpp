@@ -1123,6 +1123,32 @@ TEST_CASE("decode with two chunks a lane per k step (NBITS_DECODE_CHUNKS=2) meet
     check_decode_nodes(nodes);
 }
 
+TEST_CASE("decode with rings of 3 and 4 stages (NBITS_DECODE_STAGES) meets the float64 oracle, and the paired node "
+          "at M = 1 takes 3 as planned")
+{
+    // Every decode case with each warp keeping 3 and then 4 k steps in flight (the ring index wraps at a count
+    // that does not divide the steps of a group, and the loads run across group boundaries).
+    std::uint64_t seed = 0x57a60000ull;
+    for (const char* stages : {"3", "4"}) {
+        CAPTURE(stages);
+        const ScopedEnv depth(ops::kDecodeStagesEnv, std::string(stages));
+        const std::vector<FastestNode> nodes = make_nodes(decode_cases(), seed);
+        seed += 0x1000;
+        check_decode_define(nodes, std::string("NBITS_STAGES=") + stages, true);
+        check_decode_nodes(nodes);
+    }
+    // As planned: the symmetric paired node at M = 1 from K = 3584 on (one chunk in three stages on a GPU of 132
+    // SMs), fp16, and bf16 with the RMS-norm prologue over a K of a partial last step.
+    FastestCase fp16 = feature_case(DataType::Float16, 1, 4, 32, false, Bias::None, false, true, 14336, 4096);
+    FastestCase bf16 = feature_case(DataType::BFloat16, 1, 4, 32, false, Bias::None, true, true, 8192, 4000);
+    const std::vector<FastestNode> planned = {make_node(fp16, seed++), make_node(bf16, seed++)};
+    if (matmul_gpu().capabilities().multiprocessor_count == 132) {
+        check_decode_define(planned, "NBITS_STAGES=3", true);
+        check_decode_define(planned, "NBITS_CHUNKS=1", true);
+    }
+    check_decode_nodes(planned);
+}
+
 TEST_CASE("decode with each step's activations loaded before its weights' wait (NBITS_DECODE_EARLY_ACTS=1) meets the "
           "float64 oracle")
 {
