@@ -437,8 +437,9 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
 //   column warps or clusters (Llama-3-8B down 17.83 -> 18.77, Llama-3-70B down 55.98 -> 58.82, o 19.70
 //   -> 20.25), 4 warps (Qwen2.5-0.5B qkv 3.14 -> 3.25), Phi-3.5-mini qkv (3 steps over 2.2 rounds, 12.57 -> 12.99
 //   at M = 12).
-// Not at M = 8 (the paired Llama-3-70B 95.26 -> 102.72, where it spills instead) nor with block 128 and zero points
-// (the paired Llama-3-8B at M = 16 30.57 -> 31.77, no spills either way).
+// Not at M = 8 (the paired Llama-3-70B 95.26 -> 102.72, where it spills instead) nor with block 128: with zero points
+// the paired Llama-3-8B at M = 16 30.57 -> 31.77 (no spills either way), symmetric mixed (paired at M = 16
+// Qwen2.5-7B 36.58 -> 34.56, Llama-3-8B 29.57 -> 29.64; at M = 9 Llama-3-8B 28.62 -> 29.61).
 int decode_early_acts(const FastestRequest& fastest, const DecodeGeometry& geometry)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
