@@ -177,7 +177,9 @@ struct PlanOverrides {
     // kernel before them (programmatic dependent launch). Unset: 1.
     std::optional<int> decode_programmatic;
     // k steps each warp of the tensor-core decode kernels keeps in its
-    // cp.async ring (2..4). Unset: 2, measured fastest on the H200.
+    // cp.async ring (2..4). Unset: 2, measured fastest on the H200, but 3
+    // for the symmetric paired gate/up node at M = 1 from K = 3584 (with one
+    // chunk a lane; measured faster on the H100).
     std::optional<int> decode_stages;
     // 16-column tiles a CTA of the tensor-core decode kernels takes per
     // column group (1 or 2; the paired node always 1). Unset: 2 when the
@@ -221,8 +223,9 @@ struct PlanOverrides {
     // Where the tensor-core decode kernels that load the activations from L2
     // (not staged with the weights) load a k step's: 0 as they compute it, 1
     // before they wait for its weights, made mma operands there. Unset: the
-    // rule in the plan (1 for the paired gate/up node at M = 9..16 of int4
-    // block 32 without zero points, else 0).
+    // rule in the plan (1 at M = 9..16 of int4 block 32 for the paired
+    // gate/up node and for one symmetric weight set of one column warp on two
+    // CTAs of 8 warps an SM, else 0).
     std::optional<int> decode_early_acts;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
