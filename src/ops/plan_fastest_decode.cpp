@@ -382,6 +382,10 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks, st
 // Three stages lost where the plan keeps one chunk in two (Phi-3.5-mini, K =
 // 3072: 11.61 -> 12.01; Qwen2.5-0.5B 4.42 -> 4.51) and at M = 2..8, where the
 // batch's activations share the registers (70B at M = 8 99.10 -> 148.68).
+// A later H100 call found one chunk in two stages faster still (70B 89.59 ->
+// 88.46, Qwen2.5-7B 29.21 -> 28.88, Llama-3-8B 26.28 -> 25.48; two chunks in
+// two: 91.50, 30.01, 26.49), where on the H200 one chunk lost to two by 1-6%:
+// three stages sit between the two on the H100; the H200 has not measured them.
 DecodeGeometry decode_geometry(const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
