@@ -1873,6 +1873,8 @@ __device__ __forceinline__ void tc_run(
         }
     };
     ChunkActs early[kEarlyActs ? kChunks : 1];
+    // prepare and compute each pick the full or the partial k step's template: a generic lambda that picked it
+    // once for both is a host function to NVRTC (no execution space), which JIT mode rejects.
     auto prepare = [&](int) {
         if constexpr (kEarlyActs) {
             const int step = kwarp + next_compute.index * kSplitWarps;  // the step compute takes next
