@@ -33,14 +33,15 @@ struct DecodeGeometry {
 // Measured on the H200 (Llama-3 lm_head, down, qkv, gate/up; int4 and int8):
 // two stages beat three and four, whose extra ring and unrolled code cost
 // more than the depth gains once the weights no longer pass through registers.
-// The one exception, the paired node at M = 1, is decode_geometry's.
+// So did one chunk in three stages on the paired node at M = 1, which gains on
+// the H100 (see decode_geometry).
 constexpr std::uint32_t kDecodeStages = 2;
 
-// The ring's depth: `planned`, or NBITS_DECODE_STAGES (2..4).
-std::uint32_t decode_stages(const FastestRequest& fastest, std::uint32_t planned)
+// The ring's depth: kDecodeStages, or NBITS_DECODE_STAGES (2..4).
+std::uint32_t decode_stages(const FastestRequest& fastest)
 {
     const std::optional<int> stages = fastest.request.context.overrides.decode_stages;
-    return stages ? static_cast<std::uint32_t>(*stages) : planned;
+    return stages ? static_cast<std::uint32_t>(*stages) : kDecodeStages;
 }
 
 // Dynamic shared memory of nbits_decode_*: the layout of TcShared in
@@ -71,7 +72,7 @@ std::uint32_t decode_shared_bytes(std::uint32_t stage_count, std::uint32_t warps
 // reach the 128-register cap and spill (Llama-3-70B down 42.5 against 41.5 us
 // with one tile, same run). It must fit the SM's shared memory: a device with
 // less (sm_86/89: 100 KiB) gets fewer tiles or CTAs per SM.
-DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks, std::uint32_t stages = kDecodeStages)
+DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
     const Capabilities& device = fastest.request.context.capabilities;
@@ -82,7 +83,7 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks, st
     const std::size_t sms = std::max<std::uint32_t>(device.multiprocessor_count, 1);
 
     DecodeGeometry geometry{};
-    geometry.stages = decode_stages(fastest, stages);
+    geometry.stages = decode_stages(fastest);
     geometry.chunks = chunks;
     const std::size_t step = (config.bits == 4 ? 128 : 64) * static_cast<std::size_t>(geometry.chunks);
     const std::size_t steps = div_ceil(config.k, step);
@@ -372,20 +373,23 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks, st
 // spill (fp16, block 32, M = 1, same call, two -> one: Llama-3-70B gate+up
 // 98.63 -> 97.36 us, Qwen2.5-7B 34.06 -> 32.61, Llama-3-8B 30.73 -> 29.12;
 // the unpaired nodes keep two, 8B down 15.33 against 16.84 with one).
-// The symmetric paired node at M = 1 takes instead one chunk in a ring of three
-// stages: the same bytes in flight a warp, in finer steps and without the
-// staged scales. Measured on the H100 (`nbits-bench --sweep decode --proj
-// gateup --overrides s3:NBITS_DECODE_STAGES=3`, two chunks in two stages ->
-// this; fp16 in two calls, bf16 once; us): Llama-3-70B 97.43 -> 93.70, 95.52 ->
-// 92.32 and bf16 98.00 -> 94.96, Qwen2.5-7B 30.68 -> 29.88, 30.95 -> 29.79 and
-// 31.67 -> 30.70, Llama-3-8B 26.92 -> 26.66, 27.11 -> 26.69 and 27.66 -> 27.27.
-// Three stages lost where the plan keeps one chunk in two (Phi-3.5-mini, K =
-// 3072: 11.61 -> 12.01; Qwen2.5-0.5B 4.42 -> 4.51) and at M = 2..8, where the
-// batch's activations share the registers (70B at M = 8 99.10 -> 148.68).
-// A later H100 call found one chunk in two stages faster still (70B 89.59 ->
-// 88.46, Qwen2.5-7B 29.21 -> 28.88, Llama-3-8B 26.28 -> 25.48; two chunks in
-// two: 91.50, 30.01, 26.49), where on the H200 one chunk lost to two by 1-6%:
-// three stages sit between the two on the H100; the H200 has not measured them.
+// One chunk in a ring of three stages (the same bytes in flight a warp, in
+// finer steps) lost to two chunks on the paired node at M = 1 on the H200
+// (fp16, one call, `nbits-bench --sweep decode --m 1 --overrides
+// s3c1:NBITS_DECODE_STAGES=3,NBITS_DECODE_CHUNKS=1`, us, two chunks -> three
+// stages): Llama-3-70B 66.46 -> 71.54, Qwen2.5-7B 22.79 -> 25.31, Llama-3-8B
+// 21.26 -> 22.97. The H100 ranks them the other way (70B 91.50 -> 89.61,
+// Qwen2.5-7B 30.01 -> 29.22, 8B 26.49 -> 26.25; one chunk in two stages faster
+// still, 88.46, 28.88, 25.48), most likely because a GPU of less bandwidth an
+// SM keeps its memory busy with fewer bytes in flight. The plan follows the H200.
+// A single weight set at M = 1 whose K gives 8 warps fewer than 4 k steps of
+// one chunk each takes two chunks also where one chunk would take two tiles or
+// three CTAs an SM (int4 block 32, symmetric: as measured). Same call, one
+// chunk -> two: Phi-3.5-mini qkv (3072 x 9216, two tiles) 7.53 -> 6.86 us
+// (H100 8.62 -> 7.64, bf16 8.43 -> 7.19), Qwen2.5-7B qkv (3584 x 4608, three
+// CTAs) 5.92 -> 5.21 (H100 5.98 -> 5.57, bf16 6.19 -> 5.80). From K = 4096 the
+// second tile or CTA paid: Llama-3-8B qkv 6.40 -> 6.49 (H100 6.41 -> 7.39),
+// lm_head 76.49 -> 80.77, Llama-3-70B qkv 16.04 -> 16.86, down 34.96 -> 36.39.
 DecodeGeometry decode_geometry(const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
@@ -406,15 +410,16 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
         return one;
     }
     if (takes_two(one) && (!paired || config.k >= 3584)) {
-        const bool forced_stages = fastest.request.context.overrides.decode_stages.has_value();
-        if (paired && fastest.m == 1 && !forced_stages) {
-            const DecodeGeometry deeper = decode_geometry_for(fastest, 1, 3);
-            if (takes_two(deeper)) {
-                return deeper;
-            }
-        }
         const DecodeGeometry two = decode_geometry_for(fastest, 2);
         return takes_two(two) ? two : one;
+    }
+    const bool short_k = one.warps == 8 && div_ceil(config.k, std::size_t{128}) < 4 * std::size_t{one.warps};
+    const bool symmetric_block_32 = config.block_size == 32 && !fastest.operands.has_zero_points();
+    if (fastest.m == 1 && !paired && symmetric_block_32 && short_k && one.cluster_k == 1) {
+        const DecodeGeometry two = decode_geometry_for(fastest, 2);
+        if (two.cluster_k == 1) {
+            return two;
+        }
     }
     // A single-row down projection of one tile keeps two also in a cluster (K split over fewer CTAs).
     const bool single_row_down = fastest.m == 1 && !paired && config.k > config.n && one.tiles == 1;

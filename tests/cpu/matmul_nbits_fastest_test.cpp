@@ -1732,44 +1732,62 @@ TEST_CASE("Fastest decode copies two chunks a lane per k step where a CTA takes 
         return defines(step, "NBITS_CHUNKS=2") ? 2 : defines(step, "NBITS_CHUNKS=1") ? 1 : 0;
     };
     auto paired = [](std::size_t k, std::size_t n) { return test::marked(node(k, n), kGateUpSwigluAttr); };
-    // One tile a CTA, two CTAs of 8 warps an SM, one CTA a group, int4, M <= 8: two chunks (Llama-3-8B o and
-    // down, Qwen2.5-0.5B qkv with 4 warps and 4 CTAs an SM; the paired node from K = 3584 on at M = 2..8).
-    CHECK(chunks_of(fastest(node(4096, 4096), rows(1))) == 2);
-    CHECK(chunks_of(fastest(node(4096, 4096), rows(8))) == 2);
-    CHECK(chunks_of(fastest(node(14336, 4096), rows(1))) == 2);
-    CHECK(chunks_of(fastest(node(896, 1152), rows(1))) == 2);
-    CHECK(chunks_of(fastest(paired(3584, 18944), rows(8))) == 2);
-    CHECK(chunks_of(fastest(paired(8192, 28672), rows(2))) == 2);
-    // The symmetric paired node at M = 1 takes one chunk in a ring of three stages instead (fp16 and bf16), or
-    // two in two where NBITS_DECODE_STAGES says 2; a short paired K keeps one chunk in two stages.
+    // One tile a CTA, two CTAs of 8 warps an SM, one CTA a group, int4, M <= 8: two chunks in a ring of two
+    // stages (Llama-3-8B o and down, Qwen2.5-0.5B qkv with 4 warps and 4 CTAs an SM; the paired node from K = 3584
+    // on, fp16 and bf16).
     auto stages_of = [](const test::Problem& problem) {
         const KernelStep step = test::kernel_step(problem.plan(), 0);
         return defines(step, "NBITS_STAGES=3") ? 3 : defines(step, "NBITS_STAGES=2") ? 2 : 0;
     };
-    for (const test::Problem& gate_up : {fastest(paired(8192, 28672), rows(1)),
-                                         fastest(paired(3584, 18944), rows(1, DataType::BFloat16))}) {
-        CHECK(chunks_of(gate_up) == 1);
-        CHECK(stages_of(gate_up) == 3);
-        CHECK_FALSE(defines(test::kernel_step(gate_up.plan(), 0), "NBITS_STAGE_META=1"));
-        test::Problem two_stages = gate_up;
-        two_stages.context.overrides = PlanOverrides::parse({{kDecodeStagesEnv, "2"}});
-        CHECK(chunks_of(two_stages) == 2);
-        CHECK(stages_of(two_stages) == 2);
+    for (const test::Problem& two : {fastest(node(4096, 4096), rows(1)), fastest(node(4096, 4096), rows(8)),
+                                     fastest(node(14336, 4096), rows(1)), fastest(node(896, 1152), rows(1)),
+                                     fastest(paired(8192, 28672), rows(1)), fastest(paired(8192, 28672), rows(2)),
+                                     fastest(paired(3584, 18944), rows(1, DataType::BFloat16)),
+                                     fastest(paired(3584, 18944), rows(8))}) {
+        CHECK(chunks_of(two) == 2);
+        CHECK(stages_of(two) == 2);
     }
-    CHECK(stages_of(fastest(paired(3072, 8192), rows(1))) == 2);
-    CHECK(stages_of(fastest(paired(8192, 28672), rows(2))) == 2);
-    CHECK(stages_of(fastest(node(4096, 4096), rows(1))) == 2);
+    // NBITS_DECODE_STAGES deepens the ring; the paired node then keeps one chunk, as two chunks of both weight sets
+    // in three stages leave an SM room for one CTA.
+    test::Problem deeper = fastest(paired(8192, 28672), rows(1));
+    deeper.context.overrides = PlanOverrides::parse({{kDecodeStagesEnv, "3"}});
+    CHECK(chunks_of(deeper) == 1);
+    CHECK(stages_of(deeper) == 3);
+    CHECK(defines(test::kernel_step(deeper.plan(), 0), "NBITS_MIN_BLOCKS=2"));
+    // A single symmetric block-32 weight set at M = 1 whose K leaves 8 warps fewer than 4 k steps of one chunk
+    // takes two also where one chunk would take two tiles (Phi-3.5-mini qkv) or three CTAs an SM (Qwen2.5-7B qkv),
+    // each as NBITS_DECODE_CHUNKS=2 plans it; not from K = 4096 (Llama-3-8B qkv, below), at M = 2, with zero
+    // points or block 128.
+    for (const test::Problem& short_k : {fastest(node(3072, 9216), rows(1)), fastest(node(3584, 4608), rows(1)),
+                                         fastest(node(3584, 4608), rows(1, DataType::BFloat16))}) {
+        CHECK(chunks_of(short_k) == 2);
+        test::Problem forced = short_k;
+        forced.context.overrides = PlanOverrides::parse({{kDecodeChunksEnv, "2"}});
+        const KernelStep planned = test::kernel_step(short_k.plan(), 0);
+        const KernelStep as_forced = test::kernel_step(forced.plan(), 0);
+        CHECK(planned.defines == as_forced.defines);
+        CHECK(planned.config.grid == as_forced.config.grid);
+        CHECK(planned.config.dynamic_shared_bytes == as_forced.config.dynamic_shared_bytes);
+    }
+    CHECK(defines(test::kernel_step(fastest(node(3072, 9216), rows(1)).plan(), 0), "NBITS_TILES=1"));
+    CHECK(defines(test::kernel_step(fastest(node(3584, 4608), rows(1)).plan(), 0), "NBITS_MIN_BLOCKS=3"));
+    CHECK(chunks_of(fastest(node(3072, 9216), rows(2))) == 1);
+    CHECK(chunks_of(fastest(node(3072, 9216, 4, 128), rows(1))) == 1);
+    test::Shapes short_k_zp = rows(1);
+    short_k_zp.zero_points = true;
+    CHECK(chunks_of(fastest(node(3584, 4608), short_k_zp)) == 1);
     // A single-row down projection of one tile keeps two chunks in a cluster (Qwen2.5-0.5B down, bf16, M = 1).
     CHECK(chunks_of(fastest(node(4864, 896), rows(1, DataType::BFloat16))) == 2);
     // Not where it would cost the second tile (lm_head, Llama-3-70B qkv and down), the third CTA an SM
-    // (Llama-3-8B qkv), a cluster (Qwen2.5-0.5B down at M = 8), a short paired K (Phi-3.5 gate/up, K = 3072),
-    // two batch tiles (M = 9) or int8 weights.
+    // (Llama-3-8B qkv), a cluster (Qwen2.5-0.5B down at M = 8), a short paired K (Phi-3.5 gate/up, K = 3072, in a
+    // ring of two stages), two batch tiles (M = 9) or int8 weights.
     CHECK(chunks_of(fastest(node(4096, 128256), rows(1))) == 1);
     CHECK(chunks_of(fastest(node(8192, 10240), rows(1))) == 1);
     CHECK(chunks_of(fastest(node(28672, 8192), rows(1))) == 1);
     CHECK(chunks_of(fastest(node(4096, 6144), rows(1))) == 1);
     CHECK(chunks_of(fastest(node(4864, 896), rows(8))) == 1);
     CHECK(chunks_of(fastest(paired(3072, 8192), rows(1))) == 1);
+    CHECK(stages_of(fastest(paired(3072, 8192), rows(1))) == 2);
     CHECK(chunks_of(fastest(node(4096, 4096), rows(9))) == 1);
     CHECK(chunks_of(fastest(node(4096, 4096, 8), rows(1))) == 1);
     // Nor for the paired node with zero points (two sets' scales and zero points of two chunks spill); the unpaired
@@ -1980,18 +1998,14 @@ TEST_CASE("Fastest decode stages the scales and zero points at M = 1 where the k
     CHECK_FALSE(defines(plain, "NBITS_STAGE_META=1"));
     // 8 warps, 2 stages, 2 tiles, 2 row halves: 4 slots of 8 rows of 16 bytes a stage.
     CHECK(as_planned.config.dynamic_shared_bytes == plain.config.dynamic_shared_bytes + 8 * 2 * (2 * 2 * 8 * 16));
-    // The paired node with zero points, or with two chunks a lane (from K = 3584, in two stages, as
-    // NBITS_DECODE_STAGES=2 asks); not symmetric with one chunk (the plan's ring of three stages at M = 1), not at
-    // M > 1, where it measured slower; each of them when asked.
+    // The paired node with zero points, or with two chunks a lane (from K = 3584); not symmetric with one chunk,
+    // not at M > 1, where it measured slower; each of them when asked.
     auto paired = [](std::size_t k, const test::Shapes& shapes) {
         return fastest(test::marked(node(k, 14336), kGateUpSwigluAttr), shapes);
     };
-    auto two_stages = [](test::Problem p) { return with_override(std::move(p), &PlanOverrides::decode_stages, 2); };
-    CHECK(defines(test::kernel_step(two_stages(paired(4096, rows(1))).plan(), 0), "NBITS_STAGE_META=1"));
-    CHECK(defines(test::kernel_step(two_stages(paired(4096, rows(1))).plan(), 0), "NBITS_CHUNKS=2"));
-    CHECK_FALSE(defines(test::kernel_step(paired(4096, rows(1)).plan(), 0), "NBITS_STAGE_META=1"));
-    CHECK_FALSE(
-        defines(test::kernel_step(unstaged(two_stages(paired(4096, rows(1)))).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK(defines(test::kernel_step(paired(4096, rows(1)).plan(), 0), "NBITS_STAGE_META=1"));
+    CHECK(defines(test::kernel_step(paired(4096, rows(1)).plan(), 0), "NBITS_CHUNKS=2"));
+    CHECK_FALSE(defines(test::kernel_step(unstaged(paired(4096, rows(1))).plan(), 0), "NBITS_STAGE_META=1"));
     CHECK(defines(test::kernel_step(paired(4096, zp).plan(), 0), "NBITS_STAGE_META=1"));
     CHECK(defines(test::kernel_step(paired(3072, zp).plan(), 0), "NBITS_STAGE_META=1"));
     CHECK_FALSE(defines(test::kernel_step(unstaged(paired(4096, zp)).plan(), 0), "NBITS_STAGE_META=1"));
@@ -2084,8 +2098,7 @@ TEST_CASE("the decode kernels with staged scales keep their pointers in register
     const std::vector<Staged> cases = {
         {"lm_head, zero points, M = 1", fastest(node(4096, 128256), zp1)},
         {"down projection, zero points, M = 8", fastest(node(14336, 4096), zp8)},
-        {"paired gate/up, two chunks, M = 1, two stages",
-         with_override(paired(4096, 14336, rows(1)), &PlanOverrides::decode_stages, 2)},
+        {"paired gate/up, two chunks, M = 1", paired(4096, 14336, rows(1))},
         {"paired gate/up, zero points, M = 1", paired(8192, 28672, zp1)},
         {"paired gate/up, K = 3072, one chunk, forced", staged(paired(3072, 8192, rows(1)))},
         {"two tiles with the rows of A, M = 8", fastest(node(8192, 10240), rows(8))},

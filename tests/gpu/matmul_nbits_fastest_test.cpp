@@ -1123,8 +1123,8 @@ TEST_CASE("decode with two chunks a lane per k step (NBITS_DECODE_CHUNKS=2) meet
     check_decode_nodes(nodes);
 }
 
-TEST_CASE("decode with rings of 3 and 4 stages (NBITS_DECODE_STAGES) meets the float64 oracle, and the paired node "
-          "at M = 1 takes 3 as planned")
+TEST_CASE("decode with rings of 3 and 4 stages (NBITS_DECODE_STAGES) meets the float64 oracle, and so do the paired "
+          "node and a short K at M = 1 with two chunks as planned")
 {
     // The decode cases at M = 1 and 16 with each warp keeping 3 k steps in flight (the ring index wraps at a count
     // that does not divide the steps of a group, and the loads run across group boundaries), those at M = 5 with 4:
@@ -1144,14 +1144,18 @@ TEST_CASE("decode with rings of 3 and 4 stages (NBITS_DECODE_STAGES) meets the f
         check_decode_define(nodes, std::string("NBITS_STAGES=") + stages, true);
         check_decode_nodes(nodes);
     }
-    // As planned: the symmetric paired node at M = 1 from K = 3584 on (one chunk in three stages on a GPU of 132
-    // SMs), fp16, and bf16 with the RMS-norm prologue over a K of a partial last step.
-    FastestCase fp16 = feature_case(DataType::Float16, 1, 4, 32, false, Bias::None, false, true, 14336, 4096);
-    FastestCase bf16 = feature_case(DataType::BFloat16, 1, 4, 32, false, Bias::None, true, true, 8192, 4000);
-    const std::vector<FastestNode> planned = {make_node(fp16, seed++), make_node(bf16, seed++)};
+    // As planned at M = 1, two chunks in two stages on a GPU of 132 SMs: the symmetric paired node from K = 3584
+    // on, fp16, and bf16 with the RMS-norm prologue over a K of a partial last step; one weight set of a K under
+    // 4096 where one chunk would take two tiles (Phi-3.5-mini qkv, fp16) or three CTAs an SM (Qwen2.5-7B qkv,
+    // bf16 with a bias).
+    const std::vector<FastestNode> planned = {
+        make_node(feature_case(DataType::Float16, 1, 4, 32, false, Bias::None, false, true, 14336, 4096), seed++),
+        make_node(feature_case(DataType::BFloat16, 1, 4, 32, false, Bias::None, true, true, 8192, 4000), seed++),
+        make_node(feature_case(DataType::Float16, 1, 4, 32, false, Bias::None, false, false, 9216, 3072), seed++),
+        make_node(feature_case(DataType::BFloat16, 1, 4, 32, false, Bias::Plain, false, false, 4608, 3584), seed++)};
     if (matmul_gpu().capabilities().multiprocessor_count == 132) {
-        check_decode_define(planned, "NBITS_STAGES=3", true);
-        check_decode_define(planned, "NBITS_CHUNKS=1", true);
+        check_decode_define(planned, "NBITS_STAGES=2", true);
+        check_decode_define(planned, "NBITS_CHUNKS=2", true);
     }
     check_decode_nodes(planned);
 }
