@@ -177,9 +177,7 @@ struct PlanOverrides {
     // kernel before them (programmatic dependent launch). Unset: 1.
     std::optional<int> decode_programmatic;
     // k steps each warp of the tensor-core decode kernels keeps in its
-    // cp.async ring (2..4). Unset: 2, measured fastest on the H200, but 3
-    // for the symmetric paired gate/up node at M = 1 from K = 3584 (with one
-    // chunk a lane; measured faster on the H100).
+    // cp.async ring (2..4). Unset: 2, measured fastest on the H200.
     std::optional<int> decode_stages;
     // 16-column tiles a CTA of the tensor-core decode kernels takes per
     // column group (1 or 2; the paired node always 1). Unset: 2 when the
