@@ -375,13 +375,14 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
 // the unpaired nodes keep two, 8B down 15.33 against 16.84 with one).
 // One chunk in a ring of three stages (the same bytes in flight a warp, in
 // finer steps) lost to two chunks on the paired node at M = 1 on the H200
-// (fp16, one call, `nbits-bench --sweep decode --m 1 --overrides
-// s3c1:NBITS_DECODE_STAGES=3,NBITS_DECODE_CHUNKS=1`, us, two chunks -> three
-// stages): Llama-3-70B 66.46 -> 71.54, Qwen2.5-7B 22.79 -> 25.31, Llama-3-8B
-// 21.26 -> 22.97. The H100 ranks them the other way (70B 91.50 -> 89.61,
-// Qwen2.5-7B 30.01 -> 29.22, 8B 26.49 -> 26.25; one chunk in two stages faster
-// still, 88.46, 28.88, 25.48), most likely because a GPU of less bandwidth an
-// SM keeps its memory busy with fewer bytes in flight. The plan follows the H200.
+// (fp16, one call, three stages as then planned against `nbits-bench --sweep
+// decode --m 1 --overrides s2c2:NBITS_DECODE_STAGES=2,NBITS_DECODE_CHUNKS=2`;
+// us, two chunks -> three stages): Llama-3-70B 66.46 -> 71.44, Qwen2.5-7B
+// 22.79 -> 25.30, Llama-3-8B 21.26 -> 23.16. The H100 ranks them the other way
+// (70B 91.50 -> 89.59, Qwen2.5-7B 30.01 -> 29.21, 8B 26.49 -> 26.28; one chunk
+// in two stages faster still, 88.46, 28.88, 25.48), most likely because a GPU
+// of less bandwidth an SM keeps its memory busy with fewer bytes in flight.
+// The plan follows the H200.
 // A single weight set at M = 1 whose K gives 8 warps fewer than 4 k steps of
 // one chunk each takes two chunks also where one chunk would take two tiles or
 // three CTAs an SM (int4 block 32, symmetric: as measured). Same call, one
