@@ -44,6 +44,13 @@ std::uint32_t decode_stages(const FastestRequest& fastest)
     return stages ? static_cast<std::uint32_t>(*stages) : kDecodeStages;
 }
 
+// Codes of K a warp's k step covers: four lanes a row, `chunks` 16-byte chunks
+// each (kStepCodes in matmul_decode.cu).
+std::size_t decode_step_codes(const MatMulNBitsConfig& config, int chunks)
+{
+    return (config.bits == 4 ? 128 : 64) * static_cast<std::size_t>(chunks);
+}
+
 // Dynamic shared memory of nbits_decode_*: the layout of TcShared in
 // matmul_decode.cu (stages of the weights and the extra_step_bytes of a
 // step's staged activations and scales, then the cross-warp partial sums and
@@ -85,7 +92,7 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     DecodeGeometry geometry{};
     geometry.stages = decode_stages(fastest);
     geometry.chunks = chunks;
-    const std::size_t step = (config.bits == 4 ? 128 : 64) * static_cast<std::size_t>(geometry.chunks);
+    const std::size_t step = decode_step_codes(config, geometry.chunks);
     const std::size_t steps = div_ceil(config.k, step);
     geometry.warps = steps >= 8 ? 8 : steps >= 4 ? 4 : steps >= 2 ? 2 : 1;
     const std::uint32_t base_blocks = 16 / geometry.warps;
@@ -414,7 +421,8 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
         const DecodeGeometry two = decode_geometry_for(fastest, 2);
         return takes_two(two) ? two : one;
     }
-    const bool short_k = one.warps == 8 && div_ceil(config.k, std::size_t{128}) < 4 * std::size_t{one.warps};
+    const bool short_k =
+        one.warps == 8 && div_ceil(config.k, decode_step_codes(config, 1)) < 4 * std::size_t{one.warps};
     const bool symmetric_block_32 = config.block_size == 32 && !fastest.operands.has_zero_points();
     if (fastest.m == 1 && !paired && symmetric_block_32 && short_k && one.cluster_k == 1) {
         const DecodeGeometry two = decode_geometry_for(fastest, 2);
@@ -471,7 +479,8 @@ int decode_early_acts(const FastestRequest& fastest, const DecodeGeometry& geome
     const std::size_t groups = div_ceil(config.n, 16 * static_cast<std::size_t>(geometry.tiles));
     const std::size_t sms = fastest.request.context.capabilities.multiprocessor_count;
     const std::size_t slots = sms * geometry.min_blocks;
-    const std::size_t steps_a_warp = div_ceil(div_ceil(config.k, std::size_t{128}), std::size_t{geometry.warps});
+    const std::size_t steps_a_warp =
+        div_ceil(div_ceil(config.k, decode_step_codes(config, 1)), std::size_t{geometry.warps});
     const bool steps_or_one_round = steps_a_warp >= 4 || groups <= slots;
     return !fastest.operands.has_zero_points() && two_ctas_of_one_column_warp && steps_or_one_round ? 1 : 0;
 }
