@@ -17,6 +17,8 @@ struct DeviceAttributes {
     int max_shared_memory_per_block_optin = 0;
     int multiprocessor_count = 0;
     std::uint64_t total_memory_bytes = 0;
+    int memory_clock_khz = 0;       // peak memory clock
+    int memory_bus_width_bits = 0;  // global memory bus width
     std::string name;
     // Thread block clusters of 2, 3 and 4 CTAs that run at once, one CTA an SM
     // (cuOccupancyMaxActiveClusters, compute capability 9.0 and newer).
@@ -35,6 +37,10 @@ struct Capabilities {
     std::uint32_t max_shared_memory_per_block_optin = 48 * 1024;
     std::uint32_t multiprocessor_count = 1;
     std::uint64_t total_memory_bytes = 0;  // 0: unknown
+    // Peak DRAM bandwidth, two transfers a memory clock over the bus (what the
+    // driver's clock and bus width give; HBM and GDDR report them so). The
+    // decode plan asks how many bytes an SM must keep in flight. 0: unknown.
+    std::uint32_t memory_bandwidth_gb_per_s = 0;
     std::string name;
     // Thread block clusters of 2, 3 and 4 CTAs that run at once, one CTA an
     // SM, as the driver counts them for this GPU: a cluster's CTAs share a
@@ -50,7 +56,8 @@ struct Capabilities {
     static Capabilities from(const DeviceAttributes& attributes);
 
     // Named devices for tests and the plan dump.
-    static Capabilities h200();      // sm_90, 132 SMs, 227 KiB opt-in
+    static Capabilities h200();      // sm_90, 132 SMs, 227 KiB opt-in, 4.9 TB/s
+    static Capabilities h100();      // sm_90, 132 SMs, 227 KiB opt-in, 3.35 TB/s (SXM, HBM3)
     static Capabilities h100_pcie(); // sm_90, 114 SMs, 227 KiB opt-in
     static Capabilities h20();       // sm_90, 78 SMs, 227 KiB opt-in
     static Capabilities rtx4090();   // sm_89, 128 SMs, 99 KiB opt-in

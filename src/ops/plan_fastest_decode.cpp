@@ -387,9 +387,12 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
 // us, two chunks -> three stages): Llama-3-70B 66.46 -> 71.44, Qwen2.5-7B
 // 22.79 -> 25.30, Llama-3-8B 21.26 -> 23.16. The H100 ranks them the other way
 // (70B 91.50 -> 89.59, Qwen2.5-7B 30.01 -> 29.21, 8B 26.49 -> 26.28; one chunk
-// in two stages faster still, 88.46, 28.88, 25.48), most likely because a GPU
-// of less bandwidth an SM keeps its memory busy with fewer bytes in flight.
-// The plan follows the H200.
+// in two stages faster still, 88.46, 28.88, 25.48; bf16 92.44 -> 89.61, 30.44
+// -> 29.64, 27.29 -> 26.15), most likely because a GPU of less bandwidth an SM
+// keeps its memory busy with fewer bytes in flight (Little's law: the H100 SXM
+// has 25 GB/s an SM, the H200 37). So the paired node at M = 1 keeps one chunk
+// in two stages where the device's bandwidth is known and below 30 GB/s an SM
+// (kPairedTwoChunksGbPerSm; other GPUs than these two unmeasured).
 // A single weight set at M = 1 whose K gives 8 warps fewer than 4 k steps of
 // one chunk each takes two chunks also where one chunk would take two tiles or
 // three CTAs an SM (int4 block 32, symmetric: as measured). Same call, one
@@ -398,6 +401,16 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
 // CTAs) 5.92 -> 5.21 (H100 5.98 -> 5.57, bf16 6.19 -> 5.80). From K = 4096 the
 // second tile or CTA paid: Llama-3-8B qkv 6.40 -> 6.49 (H100 6.41 -> 7.39),
 // lm_head 76.49 -> 80.77, Llama-3-70B qkv 16.04 -> 16.86, down 34.96 -> 36.39.
+constexpr std::uint32_t kPairedTwoChunksGbPerSm = 30;
+
+// True where the bandwidth is unknown (the plan then follows the H200).
+bool two_chunks_pay_paired_single_row(const Capabilities& device)
+{
+    const std::uint64_t sms = std::max<std::uint32_t>(device.multiprocessor_count, 1);
+    const std::uint64_t bandwidth = device.memory_bandwidth_gb_per_s;
+    return bandwidth == 0 || bandwidth >= kPairedTwoChunksGbPerSm * sms;
+}
+
 DecodeGeometry decode_geometry(const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
@@ -415,6 +428,9 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
         return one;
     }
     if (paired && fastest.operands.has_zero_points()) {
+        return one;
+    }
+    if (paired && fastest.m == 1 && !two_chunks_pay_paired_single_row(fastest.request.context.capabilities)) {
         return one;
     }
     if (takes_two(one) && (!paired || config.k >= 3584)) {

@@ -190,6 +190,8 @@ CudaRuntime::Internals::Internals(const RuntimeOptions& options) : ordinal_(opti
     attributes.max_shared_memory_per_block_optin =
         attribute(device_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
     attributes.multiprocessor_count = attribute(device_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    attributes.memory_clock_khz = attribute(device_, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE);
+    attributes.memory_bus_width_bits = attribute(device_, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH);
     std::size_t total_memory = 0;
     if (d.device_total_mem(&total_memory, device_) == CUDA_SUCCESS) {
         attributes.total_memory_bytes = total_memory;

@@ -1754,6 +1754,32 @@ TEST_CASE("Fastest decode copies two chunks a lane per k step where a CTA takes 
     CHECK(chunks_of(deeper) == 1);
     CHECK(stages_of(deeper) == 3);
     CHECK(defines(test::kernel_step(deeper.plan(), 0), "NBITS_MIN_BLOCKS=2"));
+    // Where the device's bandwidth is below 30 GB/s an SM (the H100 SXM: 3352 GB/s over 132 SMs; the H100 PCIe,
+    // the A100) the paired node at M = 1 keeps one chunk in two stages, exactly as NBITS_DECODE_CHUNKS=1 plans it;
+    // at M = 2 it keeps two, and so does a device that reports no bandwidth (as the H200, 4916 GB/s, and the H20).
+    CHECK(Capabilities::h100().memory_bandwidth_gb_per_s == 3352);
+    CHECK(Capabilities::h200().memory_bandwidth_gb_per_s == 4916);
+    for (const Capabilities& device : {Capabilities::h100(), Capabilities::h100_pcie(), Capabilities::a100()}) {
+        for (const DataType act : {DataType::Float16, DataType::BFloat16}) {
+            const test::Problem slower = fastest(paired(8192, 28672), rows(1, act), device);
+            test::Problem forced = slower;
+            forced.context.overrides = PlanOverrides::parse({{kDecodeChunksEnv, "1"}});
+            const KernelStep planned = test::kernel_step(slower.plan(), 0);
+            const KernelStep as_forced = test::kernel_step(forced.plan(), 0);
+            CHECK(chunks_of(slower) == 1);
+            CHECK(stages_of(slower) == 2);
+            CHECK(planned.defines == as_forced.defines);
+            CHECK(planned.config.grid == as_forced.config.grid);
+            CHECK(planned.config.dynamic_shared_bytes == as_forced.config.dynamic_shared_bytes);
+        }
+        CHECK(chunks_of(fastest(paired(8192, 28672), rows(2), device)) == 2);
+    }
+    for (const Capabilities& device : {Capabilities::h200(), Capabilities::h20()}) {
+        CHECK(chunks_of(fastest(paired(3584, 18944), rows(1), device)) == 2);
+    }
+    Capabilities unreported = Capabilities::h100();
+    unreported.memory_bandwidth_gb_per_s = 0;
+    CHECK(chunks_of(fastest(paired(8192, 28672), rows(1), unreported)) == 2);
     // A single symmetric block-32 weight set at M = 1 whose K leaves 8 warps fewer than 4 k steps of one chunk
     // takes two also where one chunk would take two tiles (Phi-3.5-mini qkv) or three CTAs an SM (Qwen2.5-7B qkv),
     // each as NBITS_DECODE_CHUNKS=2 plans it; not from K = 4096 (Llama-3-8B qkv, below), at M = 2, with zero

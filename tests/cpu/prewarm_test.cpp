@@ -481,7 +481,8 @@ TEST_SUITE("nbits-prewarm: a model's shapes")
         for (const auto& [node, ms] : {std::make_pair(test::node(4096, 11008), std::vector<std::size_t>{1, 64}),
                                        std::make_pair(test::node(11008, 4096), std::vector<std::size_t>{1})}) {
             const test::Problem p = test::problem(node, shapes);
-            for (const Capabilities& device : {Capabilities::h200(), Capabilities::h100_pcie(), Capabilities::h20()}) {
+            for (const Capabilities& device :
+                 {Capabilities::h200(), Capabilities::h100(), Capabilities::h100_pcie(), Capabilities::h20()}) {
                 expect_steps(expected, p, ms, device, "sm_90");
             }
             for (const Capabilities& device : {Capabilities::rtx4090(), Capabilities::l4(), Capabilities::sm89_46()}) {
@@ -489,6 +490,21 @@ TEST_SUITE("nbits-prewarm: a model's shapes")
             }
         }
         CHECK(dry_run_lines(result.output) == expected);
+    }
+
+    TEST_CASE("sm_90 is planned on the H200 and the H100 SXM apart: their bandwidths an SM plan the paired node apart")
+    {
+        const std::string tool = prewarm_command("--dry-run --arch sm_90 --policy fastest --shape 8192,28672,1 --gate-up");
+        if (tool.empty()) {
+            return;
+        }
+        const test::CommandResult result = test::run_command(tool);
+        INFO(result.output);
+        REQUIRE(result.exit_code == 0);
+        CHECK(result.output.find("NVIDIA H100 80GB HBM3 (132 SMs)") != std::string::npos);
+        CHECK(result.output.find("-DNBITS_CHUNKS=2") != std::string::npos);  // the H200, the H20
+        CHECK(result.output.find("-DNBITS_CHUNKS=1") != std::string::npos);  // the H100s
+        CHECK(result.output.find("2 image(s) would be compiled") != std::string::npos);
     }
 
     TEST_CASE("--shape plans with the developer overrides a runtime reads from the environment")

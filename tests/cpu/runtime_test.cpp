@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 
 using namespace nbits;
 
@@ -35,6 +36,22 @@ TEST_CASE("capabilities fall back like the original when the driver reports noth
     const Capabilities reported = Capabilities::from(attributes);
     CHECK(reported.multiprocessor_count == 132);
     CHECK(reported.max_threads_per_block == 1024);
+}
+
+TEST_CASE("memory bandwidth: two transfers a memory clock over the bus, unknown where either is not reported")
+{
+    DeviceAttributes attributes;
+    attributes.compute_major = 9;
+    CHECK(Capabilities::from(attributes).memory_bandwidth_gb_per_s == 0);
+    attributes.memory_clock_khz = 2619000;  // the H100 80GB HBM3's report
+    CHECK(Capabilities::from(attributes).memory_bandwidth_gb_per_s == 0);
+    attributes.memory_bus_width_bits = 5120;
+    CHECK(Capabilities::from(attributes).memory_bandwidth_gb_per_s == 3352);
+    attributes.memory_clock_khz = -1;
+    CHECK(Capabilities::from(attributes).memory_bandwidth_gb_per_s == 0);
+    attributes.memory_clock_khz = std::numeric_limits<int>::max();  // saturates, never wraps
+    attributes.memory_bus_width_bits = std::numeric_limits<int>::max();
+    CHECK(Capabilities::from(attributes).memory_bandwidth_gb_per_s == std::numeric_limits<std::uint32_t>::max());
 }
 
 TEST_CASE("clusters that run at once: the driver's count where it gave one, else the estimate from the SM count")

@@ -159,8 +159,8 @@ const std::vector<Capabilities>& devices()
     static const std::vector<Capabilities> named = {Capabilities::a100(),      Capabilities::sm86_28(),
                                                     Capabilities::l4(),        Capabilities::rtx4090(),
                                                     Capabilities::sm89_46(),   Capabilities::h200(),
-                                                    Capabilities::h100_pcie(), Capabilities::h20(),
-                                                    Capabilities::rtx5090()};
+                                                    Capabilities::h100(),      Capabilities::h100_pcie(),
+                                                    Capabilities::h20(),       Capabilities::rtx5090()};
     return named;
 }
 
@@ -288,6 +288,9 @@ Capabilities device_of(Choices& c)
     attributes.max_shared_memory_per_block_optin = c.pick(std::vector<int>{0, 1024, 48 * 1024, 99 * 1024, 227 * 1024});
     attributes.multiprocessor_count = c.pick(std::vector<int>{0, 1, 28, 132, 1000, 1 << 20});
     attributes.total_memory_bytes = c.pick(std::vector<std::uint64_t>{0, 1ull << 20, 64ull << 20, 24ull << 30});
+    constexpr int kLargest = std::numeric_limits<int>::max();
+    attributes.memory_clock_khz = c.pick(std::vector<int>{0, -1, 1, 1593000, 3201000, kLargest});
+    attributes.memory_bus_width_bits = c.pick(std::vector<int>{0, -64, 1, 5120, 6144, kLargest});
     attributes.name = kMadeUpDevice;
     return Capabilities::from(attributes);  // nbits::Error(UnsupportedDevice) for major 0
 }

@@ -318,6 +318,7 @@ struct DeviceFacts {
     std::string clusters;
     std::size_t l2_bytes = 0;
     std::size_t total_memory = 0;
+    std::uint32_t memory_bandwidth_gb_per_s = 0;  // the driver's peak (Capabilities); 0: not reported
     int driver_version = 0;   // 13000 for CUDA 13.0
     std::string nvrtc_version;
 };

@@ -262,6 +262,7 @@ DeviceFacts read_device_facts(CudaRuntime& runtime)
     }
     facts.l2_bytes = static_cast<std::size_t>(std::max(l2, 0));
     facts.total_memory = total;
+    facts.memory_bandwidth_gb_per_s = capabilities.memory_bandwidth_gb_per_s;
     facts.driver_version = driver.version;
     facts.nvrtc_version = jit::nvrtc_version();
     return facts;

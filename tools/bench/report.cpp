@@ -72,9 +72,11 @@ std::string device_line(const Report& report)
     const DeviceFacts& d = report.device;
     const std::string clusters =
         d.clusters.empty() ? std::string() : fmt::format(" (clusters of 2/3/4 at once: {})", d.clusters);
-    return fmt::format("nbits-bench {} on {} (sm_{}{}, {} SMs{}, L2 {:.0f} MiB, {:.0f} GiB), driver {}.{}, NVRTC {}",
+    const std::string peak =
+        d.memory_bandwidth_gb_per_s == 0 ? std::string() : fmt::format(", peak {} GB/s", d.memory_bandwidth_gb_per_s);
+    return fmt::format("nbits-bench {} on {} (sm_{}{}, {} SMs{}, L2 {:.0f} MiB, {:.0f} GiB{}), driver {}.{}, NVRTC {}",
                        report.version, d.name, d.compute_major, d.compute_minor, d.multiprocessors, clusters,
-                       static_cast<double>(d.l2_bytes) / kMiB, static_cast<double>(d.total_memory) / kGiB,
+                       static_cast<double>(d.l2_bytes) / kMiB, static_cast<double>(d.total_memory) / kGiB, peak,
                        d.driver_version / 1000, d.driver_version % 1000 / 10, d.nvrtc_version);
 }
 
@@ -402,6 +404,7 @@ std::string render_json(const Report& report)
         .field("multiprocessors", d.multiprocessors)
         .field("l2_bytes", d.l2_bytes)
         .field("total_memory", d.total_memory)
+        .field("memory_bandwidth_gb_per_s", d.memory_bandwidth_gb_per_s)
         .field("driver_version", d.driver_version)
         .field("nvrtc_version", d.nvrtc_version);
     if (!d.clusters.empty()) {
@@ -765,6 +768,8 @@ Report parse_report(const std::string& text)
     report.device.clusters = member(d, "clusters_a_cta_an_sm").string();
     report.device.l2_bytes = member(d, "l2_bytes").unsigned_integer();
     report.device.total_memory = member(d, "total_memory").unsigned_integer();
+    report.device.memory_bandwidth_gb_per_s =  // 0 in a report from before the field
+        static_cast<std::uint32_t>(member(d, "memory_bandwidth_gb_per_s").unsigned_integer());
     report.device.driver_version = static_cast<int>(member(d, "driver_version").number());
     report.device.nvrtc_version = member(d, "nvrtc_version").string();
     const JsonValue& ceiling = member(root, "read_ceiling");

@@ -33,9 +33,10 @@ struct NamedDevice {
 };
 
 constexpr NamedDevice kDevices[] = {
-    {"h200", Capabilities::h200},       {"h100-pcie", Capabilities::h100_pcie}, {"h20", Capabilities::h20},
-    {"rtx4090", Capabilities::rtx4090}, {"l4", Capabilities::l4},               {"sm89-46", Capabilities::sm89_46},
-    {"sm86-28", Capabilities::sm86_28}, {"a100", Capabilities::a100},           {"rtx5090", Capabilities::rtx5090},
+    {"h200", Capabilities::h200},       {"h100", Capabilities::h100},       {"h100-pcie", Capabilities::h100_pcie},
+    {"h20", Capabilities::h20},         {"rtx4090", Capabilities::rtx4090}, {"l4", Capabilities::l4},
+    {"sm89-46", Capabilities::sm89_46}, {"sm86-28", Capabilities::sm86_28}, {"a100", Capabilities::a100},
+    {"rtx5090", Capabilities::rtx5090},
 };
 
 std::string device_names()

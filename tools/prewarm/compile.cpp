@@ -35,17 +35,17 @@ namespace {
 // ---- what to compile -------------------------------------------------------
 
 // The devices a node is planned on when no GPU of the architecture is here:
-// the named models of each generation (the plan depends on SM count and
-// shared memory, so sm_89 is planned on a large, a mid and a small part, and
-// sm_90 on the 132 SMs of the H100 SXM and H200, the 114 of the PCIe parts
-// and the 78 of the H20).
+// the named models of each generation (the plan depends on SM count, shared
+// memory and memory bandwidth an SM, so sm_89 is planned on a large, a mid and
+// a small part, and sm_90 on the 132 SMs of the H200 and of the H100 SXM, the
+// 114 of the PCIe parts and the 78 of the H20).
 std::vector<Capabilities> device_models(int sm)
 {
     switch (sm) {
     case 80: return {Capabilities::a100()};
     case 86: return {Capabilities::sm86_28()};
     case 89: return {Capabilities::rtx4090(), Capabilities::l4(), Capabilities::sm89_46()};
-    case 90: return {Capabilities::h200(), Capabilities::h100_pcie(), Capabilities::h20()};
+    case 90: return {Capabilities::h200(), Capabilities::h100(), Capabilities::h100_pcie(), Capabilities::h20()};
     case 100: {
         DeviceAttributes b200;
         b200.compute_major = 10;
