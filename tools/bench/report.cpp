@@ -404,11 +404,13 @@ std::string render_json(const Report& report)
         .field("multiprocessors", d.multiprocessors)
         .field("l2_bytes", d.l2_bytes)
         .field("total_memory", d.total_memory)
-        .field("memory_bandwidth_gb_per_s", d.memory_bandwidth_gb_per_s)
         .field("driver_version", d.driver_version)
         .field("nvrtc_version", d.nvrtc_version);
     if (!d.clusters.empty()) {
         json.field("clusters_a_cta_an_sm", d.clusters);  // absent where the runtime counted none
+    }
+    if (d.memory_bandwidth_gb_per_s > 0) {
+        json.field("memory_bandwidth_gb_per_s", d.memory_bandwidth_gb_per_s);  // absent where the driver gave none
     }
     json.end_object();
     if (report.ceiling) {
