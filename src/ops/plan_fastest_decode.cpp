@@ -401,6 +401,16 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
 // CTAs) 5.92 -> 5.21 (H100 5.98 -> 5.57, bf16 6.19 -> 5.80). From K = 4096 the
 // second tile or CTA paid: Llama-3-8B qkv 6.40 -> 6.49 (H100 6.41 -> 7.39),
 // lm_head 76.49 -> 80.77, Llama-3-70B qkv 16.04 -> 16.86, down 34.96 -> 36.39.
+// int8 weights take two chunks (k steps of 128 codes) under the same conditions for one symmetric weight set
+// whose K leaves each warp at least 3 such steps. Measured on the H100 (block 32, `nbits-bench --sweep decode
+// --bits 8 --overrides c2:NBITS_DECODE_CHUNKS=2`, one chunk -> two, us; M = 1, 2, 8): Qwen2.5-7B down 28.59 ->
+// 27.03, 31.87 -> 27.06, 32.26 -> 27.56; Llama-3-8B down 23.90 -> 22.80, 24.82 -> 22.80, 25.39 -> 23.29;
+// Llama-3-8B o 7.71 -> 7.06, 7.83 -> 7.35, 7.96 -> 7.61; Qwen2.5-7B o 6.46 -> 5.83; Phi-3.5-mini down 11.90 ->
+// 11.08, o 5.43 -> 5.50 (M = 1), 5.74 -> 4.99 (M = 2); bf16 at M = 1 Phi-3.5 down 13.03 -> 11.17, 8B o 8.01 ->
+// 7.31. Slower on a short K (Qwen2.5-0.5B qkv, K = 896: 2.14 -> 2.38 at M = 1, 2.58 -> 3.04 at M = 8), for the
+// paired node (Llama-3-70B gate+up 165.55 -> 173.60, bf16 166.37 -> 183.28; within 1% at M = 2 and 8) and where
+// it costs the second tile or the third CTA (Llama-3-70B qkv 34.10 -> 38.24 at M = 8, Phi-3.5 qkv 13.64 ->
+// 16.04). Not with zero points (not measured).
 constexpr std::uint32_t kPairedTwoChunksGbPerSm = 30;
 
 // True where the bandwidth is unknown (the plan then follows the H200).
@@ -424,7 +434,16 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     auto takes_two = [](const DecodeGeometry& g) {
         return g.tiles == 1 && g.min_blocks * g.warps == 16 && g.cluster_k == 1;
     };
-    if (config.bits != 4 || fastest.m > 8) {
+    if (fastest.m > 8) {
+        return one;
+    }
+    if (config.bits != 4) {
+        // int8: one symmetric weight set whose K leaves each of the warps 3 k steps of two chunks or more.
+        const bool steps_left = div_ceil(config.k, decode_step_codes(config, 2)) >= 3 * std::size_t{one.warps};
+        if (!paired && !fastest.operands.has_zero_points() && takes_two(one) && steps_left) {
+            const DecodeGeometry two = decode_geometry_for(fastest, 2);
+            return takes_two(two) ? two : one;
+        }
         return one;
     }
     if (paired && fastest.operands.has_zero_points()) {

@@ -1638,7 +1638,8 @@ TEST_CASE("Fastest decode sizes its cp.async ring and CTAs per SM to the device"
     CHECK(defines(down70, "NBITS_TILES=2"));
     CHECK(down70.config.grid == Dim3{256, 1, 1});
     CHECK(defines(test::kernel_step(fastest(node(14336, 4096), rows(2)).plan(), 0), "NBITS_CHUNKS=2"));
-    CHECK(defines(test::kernel_step(fastest(node(14336, 4096, 8), rows(1)).plan(), 0), "NBITS_CHUNKS=1"));
+    CHECK(defines(test::kernel_step(fastest(node(14336, 4096, 8), rows(1)).plan(), 0), "NBITS_CHUNKS=2"));
+    CHECK(defines(test::kernel_step(fastest(node(28672, 8192, 8), rows(1)).plan(), 0), "NBITS_CHUNKS=1"));
     // M = 2..16 accumulates every batch row.
     CHECK(defines(test::kernel_step(fastest(node(4096, 6144), rows(2)).plan(), 0), "NBITS_SINGLE_ROW=0"));
     // A device whose blocks cannot hold even one ring is refused with the reason, not launched.
@@ -1806,7 +1807,7 @@ TEST_CASE("Fastest decode copies two chunks a lane per k step where a CTA takes 
     CHECK(chunks_of(fastest(node(4864, 896), rows(1, DataType::BFloat16))) == 2);
     // Not where it would cost the second tile (lm_head, Llama-3-70B qkv and down), the third CTA an SM
     // (Llama-3-8B qkv), a cluster (Qwen2.5-0.5B down at M = 8), a short paired K (Phi-3.5 gate/up, K = 3072, in a
-    // ring of two stages), two batch tiles (M = 9) or int8 weights.
+    // ring of two stages) or two batch tiles (M = 9).
     CHECK(chunks_of(fastest(node(4096, 128256), rows(1))) == 1);
     CHECK(chunks_of(fastest(node(8192, 10240), rows(1))) == 1);
     CHECK(chunks_of(fastest(node(28672, 8192), rows(1))) == 1);
@@ -1815,7 +1816,27 @@ TEST_CASE("Fastest decode copies two chunks a lane per k step where a CTA takes 
     CHECK(chunks_of(fastest(paired(3072, 8192), rows(1))) == 1);
     CHECK(stages_of(fastest(paired(3072, 8192), rows(1))) == 2);
     CHECK(chunks_of(fastest(node(4096, 4096), rows(9))) == 1);
-    CHECK(chunks_of(fastest(node(4096, 4096, 8), rows(1))) == 1);
+    // int8: one symmetric weight set of one tile whose K leaves each warp 3 k steps of 128 codes or more takes two
+    // (Llama-3-8B o and down, Qwen2.5-7B down, Phi-3.5-mini o, K = 3072: 24 steps over 8 warps), as
+    // NBITS_DECODE_CHUNKS=2 plans it; not on a short K (Qwen2.5-0.5B qkv), with zero points, for the paired node,
+    // over two tiles (Llama-3-70B down) or three CTAs an SM (Llama-3-8B qkv), nor at M = 9.
+    for (const test::Problem& int8 : {fastest(node(4096, 4096, 8), rows(1)), fastest(node(14336, 4096, 8), rows(8)),
+                                      fastest(node(18944, 3584, 8), rows(2, DataType::BFloat16)),
+                                      fastest(node(3072, 3072, 8), rows(1))}) {
+        CHECK(chunks_of(int8) == 2);
+        test::Problem forced = int8;
+        forced.context.overrides = PlanOverrides::parse({{kDecodeChunksEnv, "2"}});
+        CHECK(test::kernel_step(int8.plan(), 0).defines == test::kernel_step(forced.plan(), 0).defines);
+        CHECK(test::kernel_step(int8.plan(), 0).config.grid == test::kernel_step(forced.plan(), 0).config.grid);
+    }
+    CHECK(chunks_of(fastest(node(896, 1152, 8), rows(1))) == 1);
+    test::Shapes int8_zp = rows(1);
+    int8_zp.zero_points = true;
+    CHECK(chunks_of(fastest(node(14336, 4096, 8), int8_zp)) == 1);
+    CHECK(chunks_of(fastest(test::marked(node(4096, 14336, 8), kGateUpSwigluAttr), rows(1))) == 1);
+    CHECK(chunks_of(fastest(node(28672, 8192, 8), rows(1))) == 1);
+    CHECK(chunks_of(fastest(node(4096, 6144, 8), rows(1))) == 1);
+    CHECK(chunks_of(fastest(node(4096, 4096, 8), rows(9))) == 1);
     // Nor for the paired node with zero points (two sets' scales and zero points of two chunks spill); the unpaired
     // node with zero points keeps two.
     test::Shapes zp = rows(1);

@@ -1124,7 +1124,7 @@ TEST_CASE("decode with two chunks a lane per k step (NBITS_DECODE_CHUNKS=2) meet
 }
 
 TEST_CASE("decode with rings of 3 and 4 stages (NBITS_DECODE_STAGES) meets the float64 oracle, and so do the paired "
-          "node and a short K at M = 1 with the chunks planned for the device")
+          "node and a short K at M = 1 and int8 with the chunks planned for the device")
 {
     // The decode cases at M = 1 and 16 with each warp keeping 3 k steps in flight (the ring index wraps at a count
     // that does not divide the steps of a group, and the loads run across group boundaries), those at M = 5 with 4:
@@ -1147,26 +1147,30 @@ TEST_CASE("decode with rings of 3 and 4 stages (NBITS_DECODE_STAGES) meets the f
     // As planned at M = 1 on a GPU of 132 SMs, in two stages: the symmetric paired node from K = 3584 on, fp16,
     // and bf16 with the RMS-norm prologue over a K of a partial last step, in two chunks where the device has
     // 30 GB/s an SM or more (the H200; one on the H100); one weight set of a K under 4096 in two chunks where one
-    // chunk would take two tiles (Phi-3.5-mini qkv, fp16) or three CTAs an SM (Qwen2.5-7B qkv, bf16 with a bias).
+    // chunk would take two tiles (Phi-3.5-mini qkv, fp16) or three CTAs an SM (Qwen2.5-7B qkv, bf16 with a bias);
+    // one symmetric int8 weight set of one tile in two chunks (Llama-3-8B o, fp16 with a bias, M = 1; Phi-3.5-mini
+    // o, bf16, M = 8, whose K leaves each warp 3 steps of 128 codes).
     const std::vector<FastestNode> paired = {
         make_node(feature_case(DataType::Float16, 1, 4, 32, false, Bias::None, false, true, 14336, 4096), seed++),
         make_node(feature_case(DataType::BFloat16, 1, 4, 32, false, Bias::None, true, true, 8192, 4000), seed++)};
-    const std::vector<FastestNode> short_k = {
+    const std::vector<FastestNode> single_set = {
         make_node(feature_case(DataType::Float16, 1, 4, 32, false, Bias::None, false, false, 9216, 3072), seed++),
-        make_node(feature_case(DataType::BFloat16, 1, 4, 32, false, Bias::Plain, false, false, 4608, 3584), seed++)};
+        make_node(feature_case(DataType::BFloat16, 1, 4, 32, false, Bias::Plain, false, false, 4608, 3584), seed++),
+        make_node(feature_case(DataType::Float16, 1, 8, 32, false, Bias::Plain, false, false, 4096, 4096), seed++),
+        make_node(feature_case(DataType::BFloat16, 8, 8, 32, false, Bias::None, false, false, 3072, 3072), seed++)};
     const Capabilities& device = matmul_gpu().capabilities();
     if (device.multiprocessor_count == 132) {
         const bool two_chunks_paired =
             device.memory_bandwidth_gb_per_s == 0 || device.memory_bandwidth_gb_per_s >= 30 * 132;
         MESSAGE("memory bandwidth ", device.memory_bandwidth_gb_per_s, " GB/s: the paired node at M = 1 in ",
-                two_chunks_paired ? "two chunks" : "one chunk");
+                std::string(two_chunks_paired ? "two chunks" : "one chunk"));
         check_decode_define(paired, "NBITS_STAGES=2", true);
         check_decode_define(paired, two_chunks_paired ? "NBITS_CHUNKS=2" : "NBITS_CHUNKS=1", true);
-        check_decode_define(short_k, "NBITS_STAGES=2", true);
-        check_decode_define(short_k, "NBITS_CHUNKS=2", true);
+        check_decode_define(single_set, "NBITS_STAGES=2", true);
+        check_decode_define(single_set, "NBITS_CHUNKS=2", true);
     }
     check_decode_nodes(paired);
-    check_decode_nodes(short_k);
+    check_decode_nodes(single_set);
 }
 
 TEST_CASE("decode with each step's activations loaded before its weights' wait (NBITS_DECODE_EARLY_ACTS=1) meets the "
