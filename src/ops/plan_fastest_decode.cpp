@@ -355,6 +355,18 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
     return geometry;
 }
 
+// Memory bandwidth an SM from which the paired node at M = 1 pays for two
+// chunks a lane (see decode_geometry).
+constexpr std::uint32_t kPairedTwoChunksGbPerSm = 30;
+
+// True where the bandwidth is unknown (the plan then follows the H200).
+bool two_chunks_pay_paired_single_row(const Capabilities& device)
+{
+    const std::uint64_t sms = std::max<std::uint32_t>(device.multiprocessor_count, 1);
+    const std::uint64_t bandwidth = device.memory_bandwidth_gb_per_s;
+    return bandwidth == 0 || bandwidth >= kPairedTwoChunksGbPerSm * sms;
+}
+
 // int4 weights with two 16-byte chunks a lane and row per k step (a k step of
 // 256 codes): a warp keeps twice the bytes in flight and walks half the k
 // steps, which pays where a CTA takes one column tile, an SM 16 warps and a
@@ -411,16 +423,6 @@ DecodeGeometry decode_geometry_for(const FastestRequest& fastest, int chunks)
 // paired node (Llama-3-70B gate+up 165.55 -> 173.60, bf16 166.37 -> 183.28; within 1% at M = 2 and 8) and where
 // it costs the second tile or the third CTA (Llama-3-70B qkv 34.10 -> 38.24 at M = 8, Phi-3.5 qkv 13.64 ->
 // 16.04). Not with zero points (not measured).
-constexpr std::uint32_t kPairedTwoChunksGbPerSm = 30;
-
-// True where the bandwidth is unknown (the plan then follows the H200).
-bool two_chunks_pay_paired_single_row(const Capabilities& device)
-{
-    const std::uint64_t sms = std::max<std::uint32_t>(device.multiprocessor_count, 1);
-    const std::uint64_t bandwidth = device.memory_bandwidth_gb_per_s;
-    return bandwidth == 0 || bandwidth >= kPairedTwoChunksGbPerSm * sms;
-}
-
 DecodeGeometry decode_geometry(const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
