@@ -494,7 +494,8 @@ TEST_SUITE("nbits-prewarm: a model's shapes")
 
     TEST_CASE("sm_90 is planned on the H200 and the H100 SXM apart: their bandwidths an SM plan the paired node apart")
     {
-        const std::string tool = prewarm_command("--dry-run --arch sm_90 --policy fastest --shape 8192,28672,1 --gate-up");
+        const std::string tool =
+            prewarm_command("--dry-run --arch sm_90 --policy fastest --shape 8192,28672,1 --gate-up");
         if (tool.empty()) {
             return;
         }
