@@ -436,17 +436,19 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
     auto takes_two = [](const DecodeGeometry& g) {
         return g.tiles == 1 && g.min_blocks * g.warps == 16 && g.cluster_k == 1;
     };
+    // Two chunks where they still take one tile, 16 warps an SM and no cluster, else one.
+    auto two_where_it_takes_two = [&] {
+        const DecodeGeometry two = decode_geometry_for(fastest, 2);
+        return takes_two(two) ? two : one;
+    };
     if (fastest.m > 8) {
         return one;
     }
     if (config.bits != 4) {
         // int8: one symmetric weight set whose K leaves each of the warps 3 k steps of two chunks or more.
         const bool steps_left = div_ceil(config.k, decode_step_codes(config, 2)) >= 3 * std::size_t{one.warps};
-        if (!paired && !fastest.operands.has_zero_points() && takes_two(one) && steps_left) {
-            const DecodeGeometry two = decode_geometry_for(fastest, 2);
-            return takes_two(two) ? two : one;
-        }
-        return one;
+        const bool pays = !paired && !fastest.operands.has_zero_points() && takes_two(one) && steps_left;
+        return pays ? two_where_it_takes_two() : one;
     }
     if (paired && fastest.operands.has_zero_points()) {
         return one;
@@ -455,8 +457,7 @@ DecodeGeometry decode_geometry(const FastestRequest& fastest)
         return one;
     }
     if (takes_two(one) && (!paired || config.k >= 3584)) {
-        const DecodeGeometry two = decode_geometry_for(fastest, 2);
-        return takes_two(two) ? two : one;
+        return two_where_it_takes_two();
     }
     const bool short_k =
         one.warps == 8 && div_ceil(config.k, decode_step_codes(config, 1)) < 4 * std::size_t{one.warps};
