@@ -62,6 +62,55 @@ double dense_tflops(const Row& row)
     return us ? row.flops / (*us * 1e6) : nan();
 }
 
+// An --overrides row's median against its policy's row (no overrides) of the same node and M in the same
+// report, in percent: negative where the overrides ran faster. None for a row without overrides, or where
+// either row has no time.
+std::optional<double> percent_against_plan(const Report& report, const Row& row)
+{
+    if (row.overrides.empty() || row.us() <= 0.0) {
+        return std::nullopt;
+    }
+    const auto plan = std::find_if(report.rows.begin(), report.rows.end(), [&](const Row& r) {
+        return r.overrides.empty() && r.policy == row.policy && r.shape.same_node(row.shape) &&
+               r.shape.m == row.shape.m && r.us() > 0.0;
+    });
+    return plan == report.rows.end() ? std::nullopt : std::optional<double>(100.0 * (row.us() / plan->us() - 1.0));
+}
+
+// A line per --overrides set: how many of its rows ran faster and slower than the plan, and by how much.
+std::string against_plan_summary(const Report& report)
+{
+    std::string text;
+    for (const OverrideSet& set : report.override_sets) {
+        std::vector<double> percents;
+        std::size_t rows = 0;
+        for (const Row& r : report.rows) {
+            if (r.overrides != set.label) {
+                continue;
+            }
+            ++rows;
+            if (const std::optional<double> percent = percent_against_plan(report, r)) {
+                percents.push_back(*percent);
+            }
+        }
+        if (percents.empty()) {
+            text += fmt::format("  +{}: none of its {} rows has a timed plan row beside it\n", set.label, rows);
+            continue;
+        }
+        std::sort(percents.begin(), percents.end());
+        const auto faster = std::count_if(percents.begin(), percents.end(), [](double p) { return p < 0.0; });
+        const auto slower = std::count_if(percents.begin(), percents.end(), [](double p) { return p > 0.0; });
+        const std::size_t middle = percents.size() / 2;
+        const double median =
+            percents.size() % 2 == 1 ? percents[middle] : (percents[middle - 1] + percents[middle]) / 2.0;
+        text += fmt::format("  +{}: {} of {} rows compared, faster on {}, slower on {}; {:+.1f}% to {:+.1f}%, "
+                            "median {:+.1f}%\n",
+                            set.label, percents.size(), rows, faster, slower, percents.front(), percents.back(),
+                            median);
+    }
+    return text;
+}
+
 std::string timing_cell(const Timing& timing)
 {
     return timing.launches > 1 ? fmt::format("{} x{}", timing.method, timing.launches) : timing.method;
@@ -128,6 +177,10 @@ std::string render_rows_table(const Report& report)
         table.column("floor us", Align::Right);
         table.column("%floor", Align::Right);
     }
+    const bool overridden = !report.override_sets.empty();
+    if (overridden) {
+        table.column("vs plan", Align::Right);
+    }
     for (const Row& r : report.rows) {
         std::vector<std::string> cells = {r.shape.label(), std::to_string(r.shape.m), std::to_string(r.shape.k),
                                           std::to_string(r.shape.n), r.configuration().name()};
@@ -150,9 +203,17 @@ std::string render_rows_table(const Report& report)
             cells.push_back(r.read_floor ? cell(r.read_floor->us.median, 2) : "-");
             cells.push_back(optional_cell(r.percent_of_read_floor(), 1));
         }
+        if (overridden) {
+            const std::optional<double> percent = percent_against_plan(report, r);
+            cells.push_back(percent ? fmt::format("{:+.1f}%", *percent) : "");
+        }
         table.row(cells);
     }
     text += table.render();
+    if (overridden) {
+        text += "\nvs plan = the --overrides row's time over its policy's row of the same node and M, less 1:\n" +
+                against_plan_summary(report);
+    }
 
     std::string notes;
     std::string unsupported;

@@ -89,6 +89,8 @@ expect 0 "$bench" --from-json "$here/sample_timing.json"
 contains "$work/out" "132 SMs (clusters of 2/3/4 at once: 66/39/30)"
 contains "$work/out" "%floor"
 contains "$work/out" "      7.50    83.3"
+contains "$work/out" "  -10.0%"
+contains "$work/out" "+sk: 1 of 1 rows compared, faster on 1, slower on 0; -10.0% to -10.0%, median -10.0%"
 expect 0 "$bench" --from-json "$here/sample_timing.json" --csv
 contains "$work/out" "read_floor_us,percent_of_read_floor"
 contains "$work/out" ",7.500,83.33"
