@@ -539,7 +539,7 @@ std::string render_rows_csv(const Report& report)
          "launches", "copies",
          "median_us", "min_us", "max_us", "gbps", "percent_of_read_ceiling", "tflops", "dense_dtype", "dense_median_us",
          "dense_gbps", "dense_tflops", "ratio_to_dense", "max_abs", "bound", "check_passed", "error", "read_floor_us",
-         "percent_of_read_floor"});
+         "percent_of_read_floor", "percent_against_plan"});
     for (const Row& r : report.rows) {
         std::vector<std::string> cells = {r.shape.model,      to_string(r.shape.projection), std::to_string(r.shape.m),
                                           std::to_string(r.shape.k), std::to_string(r.shape.n),
@@ -567,6 +567,8 @@ std::string render_rows_csv(const Report& report)
         cells.push_back(r.error);
         cells.push_back(r.read_floor ? number(r.read_floor->us.median, 3) : "");
         cells.push_back(r.percent_of_read_floor() ? number(*r.percent_of_read_floor(), 2) : "");
+        const std::optional<double> against_plan = percent_against_plan(report, r);
+        cells.push_back(against_plan ? number(*against_plan, 2) : "");
         text += tools::csv_line(cells);
     }
     return text;

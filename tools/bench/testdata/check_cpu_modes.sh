@@ -92,8 +92,10 @@ contains "$work/out" "      7.50    83.3"
 contains "$work/out" "  -10.0%"
 contains "$work/out" "+sk: 1 of 1 rows compared, faster on 1, slower on 0; -10.0% to -10.0%, median -10.0%"
 expect 0 "$bench" --from-json "$here/sample_timing.json" --csv
-contains "$work/out" "read_floor_us,percent_of_read_floor"
-contains "$work/out" ",7.500,83.33"
+contains "$work/out" "read_floor_us,percent_of_read_floor,percent_against_plan"
+contains "$work/out" ",7.500,83.33,"
+contains "$work/out" ",fastest,sk,ok,fast_prefill_stream_k,"
+contains "$work/out" ",-10.00"
 
 # Developer overrides: flags and the environment reach the plan; what they refuse is ignored.
 expect 0 "$plan" --K 4096 --N 6144 --m 128 --policy fastest --prefill-split-k 4
