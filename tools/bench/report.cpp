@@ -97,16 +97,12 @@ std::string against_plan_summary(const Report& report)
             text += fmt::format("  +{}: none of its {} rows has a timed plan row beside it\n", set.label, rows);
             continue;
         }
-        std::sort(percents.begin(), percents.end());
         const auto faster = std::count_if(percents.begin(), percents.end(), [](double p) { return p < 0.0; });
         const auto slower = std::count_if(percents.begin(), percents.end(), [](double p) { return p > 0.0; });
-        const std::size_t middle = percents.size() / 2;
-        const double median =
-            percents.size() % 2 == 1 ? percents[middle] : (percents[middle - 1] + percents[middle]) / 2.0;
+        const Stats spread = summarize(percents);
         text += fmt::format("  +{}: {} of {} rows compared, faster on {}, slower on {}; {:+.1f}% to {:+.1f}%, "
                             "median {:+.1f}%\n",
-                            set.label, percents.size(), rows, faster, slower, percents.front(), percents.back(),
-                            median);
+                            set.label, percents.size(), rows, faster, slower, spread.min, spread.max, spread.median);
     }
     return text;
 }
