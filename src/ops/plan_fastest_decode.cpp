@@ -422,7 +422,9 @@ bool two_chunks_pay_paired_single_row(const Capabilities& device)
 // 7.31. Slower on a short K (Qwen2.5-0.5B qkv, K = 896: 2.14 -> 2.38 at M = 1, 2.58 -> 3.04 at M = 8), for the
 // paired node (Llama-3-70B gate+up 165.55 -> 173.60, bf16 166.37 -> 183.28; within 1% at M = 2 and 8) and where
 // it costs the second tile or the third CTA (Llama-3-70B qkv 34.10 -> 38.24 at M = 8, Phi-3.5 qkv 13.64 ->
-// 16.04). Not with zero points (not measured).
+// 16.04). Not with zero points (not measured). The H200 gains more (fp16, one chunk -> two at M = 1, 2, 8):
+// Qwen2.5-7B down 24.23 -> 20.13, 28.65 -> 21.32, 29.08 -> 21.62; Llama-3-8B down 19.47 -> 16.79, 20.78 -> 17.43,
+// 21.28 -> 17.98; bf16 at M = 1 Qwen2.5-7B down 27.8% and Llama-3-8B down 24.1% faster.
 DecodeGeometry decode_geometry(const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
