@@ -675,6 +675,67 @@ struct Codes<true, 8> {
     }
 };
 
+// Offset codes (NBITS_OFFSET_CODES, int4 in exact mode): the word's pairs
+// as the magic number leaves them, bf16 128 + q and fp16 1024 + q (high
+// nibbles, which one fma by 1/16 brings down anyway, q), with no zero point
+// subtracted; the block's mma accumulator starts at minus the offset times
+// the sum of its activations instead (see OffsetOperand), so the weights stay
+// exact and a word costs no subtraction.
+template <bool BF16>
+struct OffsetCodes;
+
+template <>
+struct OffsetCodes<false> {
+    __device__ __forceinline__ static void word(u32 q, u32 (&w)[4])
+    {
+        const u32 q8 = q >> 8;
+        w[0] = lop_and_or(q, 0x000f000fu, 0x64006400u);
+        w[1] = pfma_f16(lop_and_or(q, 0x00f000f0u, 0x64006400u), 0x2c002c00u, 0xd400d400u);
+        w[2] = lop_and_or(q8, 0x000f000fu, 0x64006400u);
+        w[3] = pfma_f16(lop_and_or(q8, 0x00f000f0u, 0x64006400u), 0x2c002c00u, 0xd400d400u);
+    }
+};
+
+template <>
+struct OffsetCodes<true> {
+    __device__ __forceinline__ static void word(u32 q, u32 (&w)[4])
+    {
+        w[0] = lop_and_or(q, 0x000f000fu, 0x43004300u);
+        w[1] = lop_and_or(q >> 4, 0x000f000fu, 0x43004300u);
+        w[2] = lop_and_or(q >> 8, 0x000f000fu, 0x43004300u);
+        w[3] = lop_and_or(q >> 12, 0x000f000fu, 0x43004300u);
+    }
+};
+
+// The constant A operand of the mma that takes the offset's share of a block
+// from its activations x (B): registers a0, a1 (rows g, g + 8, the k slots
+// of low nibbles) and a2, a3 (rows g, g + 8, high nibbles), each a T pair.
+// Symmetric (zero point 8), rows g and g + 8 alike: the block's accumulator
+// starts at -(offset + 8) sum x over low nibbles, -8 sum x over high nibbles
+// for fp16 (whose high nibbles carry no offset). With zero points, row g
+// gives -sum x and row g + 8 the offset's part, -offset sum x (fp16: over low
+// nibbles), and each weight row's start is zp * (row g) + (row g + 8).
+template <bool BF16>
+struct OffsetOperand;
+
+template <>
+struct OffsetOperand<false> {
+    static constexpr u32 kSymLo = 0xe408e408u;   // -1032
+    static constexpr u32 kSymHi = 0xc800c800u;   // -8
+    static constexpr u32 kMinusOne = 0xbc00bc00u;
+    static constexpr u32 kOffsetLo = 0xe400e400u;  // -1024
+    static constexpr u32 kOffsetHi = 0u;
+};
+
+template <>
+struct OffsetOperand<true> {
+    static constexpr u32 kSymLo = 0xc308c308u;  // -136
+    static constexpr u32 kSymHi = 0xc308c308u;
+    static constexpr u32 kMinusOne = 0xbf80bf80u;
+    static constexpr u32 kOffsetLo = 0xc300c300u;  // -128
+    static constexpr u32 kOffsetHi = 0xc300c300u;
+};
+
 // The word's codes as floats q - zp (exact), in k order.
 __device__ __forceinline__ void dequant_word_f32(u32 q, float zero_magic, float (&d)[kWordCodes])
 {
@@ -841,6 +902,10 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], u32 a0, u32 a1, u32 a2,
 #define NBITS_EXACT 1
 #endif
 constexpr bool kExact = NBITS_EXACT && (kBits == 8 || kBlock >= 32);
+#ifndef NBITS_OFFSET_CODES  // 1: int4 exact mode multiplies offset codes (see OffsetCodes)
+#define NBITS_OFFSET_CODES 0
+#endif
+constexpr bool kOffsetCodes = NBITS_OFFSET_CODES && kExact && kBits == 4;
 // Word slots that share a block (exact mode).
 constexpr int kSlotsPerBlock = kBlock / kChunkCodes >= 4 ? 4 : (kBlock / kChunkCodes >= 2 ? 2 : 1);
 // Scales (and zero points) a row needs per chunk index r.
@@ -913,6 +978,13 @@ __device__ __forceinline__ ZeroPointByte zero_point_byte_at(u32 z, int blk0, int
     } else {
         return {(i & 1) ? (z >> 4) & 0x0f0f0f0fu : z & 0x0f0f0f0fu, i >> 1};
     }
+}
+
+// The zero point at byte `byte` of `word` as a float: 2^23 + zp under the
+// float magic number's exponent, less 2^23.
+__device__ __forceinline__ float zero_point_float(ZeroPointByte z)
+{
+    return __uint_as_float(__byte_perm(z.word, 0x4b000000u, (u32)z.byte + 0x7440u)) - 8388608.0f;
 }
 
 // N consecutive 16-bit scales, N * 2-byte aligned, two a register.
@@ -1446,6 +1518,28 @@ __device__ __forceinline__ void tc_compute(
         }
         const ChunkActs& x = *(kEarlyActs ? &early[r] : &loaded);
         if constexpr (kExact) {
+            // Offset codes: each block's mma of the constant operand over its activations, for every tile and set.
+            float offset[kScalesPerChunk][kMTiles][4];
+            if constexpr (kOffsetCodes) {
+                typedef OffsetOperand<kBf16> Op;
+                const u32 a0 = kHasZp ? Op::kMinusOne : Op::kSymLo;
+                const u32 a1 = kHasZp ? Op::kOffsetLo : Op::kSymLo;
+                const u32 a2 = kHasZp ? Op::kMinusOne : Op::kSymHi;
+                const u32 a3 = kHasZp ? Op::kOffsetHi : Op::kSymHi;
+#pragma unroll
+                for (int i = 0; i < kScalesPerChunk; ++i)
+#pragma unroll
+                    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) offset[i][mt][e] = 0.0f;
+#pragma unroll
+                        for (int ws = 0; ws < kSlotsPerBlock; ++ws)
+#pragma unroll
+                            for (int p = 0; p < kPairs / 2; ++p)
+                                mma_16816<kBf16>(offset[i][mt], a0, a1, a2, a3,
+                                    x[i * kSlotsPerBlock + ws][mt][2 * p], x[i * kSlotsPerBlock + ws][mt][2 * p + 1]);
+                    }
+            }
 #pragma unroll
             for (int set = 0; set < NSETS; ++set) {
 #pragma unroll
@@ -1477,26 +1571,53 @@ __device__ __forceinline__ void tc_compute(
 #pragma unroll
                     for (int i = 0; i < kScalesPerChunk; ++i) {
                         Codes<kBf16, kBits> ca, cb;
-                        if constexpr (kHasZp) {
-                            const ZeroPointByte za = zero_point_byte_at(z_lo, blk0, i);
-                            const ZeroPointByte zb = zero_point_byte_at(z_hi, blk0, i);
-                            ca.set_byte(za.word, za.byte);
-                            cb.set_byte(zb.word, zb.byte);
-                        } else {
-                            ca.set(kDefaultZp);
-                            cb.set(kDefaultZp);
-                        }
                         float c[kMTiles][4];
+                        if constexpr (kOffsetCodes) {
+                            // Rows g and g + 8 start at their share of the offset (elements 1 and 3: the odd
+                            // batch rows).
 #pragma unroll
-                        for (int mt = 0; mt < kMTiles; ++mt)
+                            for (int mt = 0; mt < kMTiles; ++mt) {
+                                const float(&o)[4] = offset[i][mt];
+                                if constexpr (kHasZp) {
+                                    const float za = zero_point_float(zero_point_byte_at(z_lo, blk0, i));
+                                    const float zb = zero_point_float(zero_point_byte_at(z_hi, blk0, i));
+                                    c[mt][0] = fmaf(za, o[0], o[2]);
+                                    c[mt][2] = fmaf(zb, o[0], o[2]);
+                                    c[mt][1] = kSingleRow ? 0.0f : fmaf(za, o[1], o[3]);
+                                    c[mt][3] = kSingleRow ? 0.0f : fmaf(zb, o[1], o[3]);
+                                } else {
+                                    c[mt][0] = o[0];
+                                    c[mt][2] = o[0];
+                                    c[mt][1] = kSingleRow ? 0.0f : o[1];
+                                    c[mt][3] = kSingleRow ? 0.0f : o[1];
+                                }
+                            }
+                        } else {
+                            if constexpr (kHasZp) {
+                                const ZeroPointByte za = zero_point_byte_at(z_lo, blk0, i);
+                                const ZeroPointByte zb = zero_point_byte_at(z_hi, blk0, i);
+                                ca.set_byte(za.word, za.byte);
+                                cb.set_byte(zb.word, zb.byte);
+                            } else {
+                                ca.set(kDefaultZp);
+                                cb.set(kDefaultZp);
+                            }
 #pragma unroll
-                            for (int e = 0; e < 4; ++e) c[mt][e] = 0.0f;
+                            for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+                                for (int e = 0; e < 4; ++e) c[mt][e] = 0.0f;
+                        }
 #pragma unroll
                         for (int ws = 0; ws < kSlotsPerBlock; ++ws) {
                             const int w = i * kSlotsPerBlock + ws;
                             u32 wa[kPairs], wb[kPairs];
-                            ca.word(qa[w], wa);
-                            cb.word(qb[w], wb);
+                            if constexpr (kOffsetCodes) {
+                                OffsetCodes<kBf16>::word(qa[w], wa);
+                                OffsetCodes<kBf16>::word(qb[w], wb);
+                            } else {
+                                ca.word(qa[w], wa);
+                                cb.word(qb[w], wb);
+                            }
 #pragma unroll
                             for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll

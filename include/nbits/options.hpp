@@ -79,9 +79,9 @@ namespace ops {
 // route, NBITS_DECODE_PDL (0|1), NBITS_DECODE_STAGES (2..4), NBITS_DECODE_TILES
 // (1|2), NBITS_DECODE_STAGE_ACTS (0|1), NBITS_DECODE_COL_WARPS (1|2|4),
 // NBITS_DECODE_CLUSTER_K (1|2|4), NBITS_DECODE_CHUNKS (1|2),
-// NBITS_DECODE_STAGE_META (0|1), NBITS_DECODE_PREFETCH (0|1) and
-// NBITS_DECODE_EARLY_ACTS (0|1) for its decode kernels. Other values are
-// ignored.
+// NBITS_DECODE_STAGE_META (0|1), NBITS_DECODE_PREFETCH (0|1),
+// NBITS_DECODE_EARLY_ACTS (0|1) and NBITS_DECODE_OFFSET_CODES (0|1) for its
+// decode kernels. Other values are ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
 inline constexpr const char* kDownColumnsAliasEnv = "ONNX_GENAI_DOWN_COLS";
@@ -107,6 +107,7 @@ inline constexpr const char* kDecodeChunksEnv = "NBITS_DECODE_CHUNKS";
 inline constexpr const char* kDecodeStageMetaEnv = "NBITS_DECODE_STAGE_META";
 inline constexpr const char* kDecodePrefetchEnv = "NBITS_DECODE_PREFETCH";
 inline constexpr const char* kDecodeEarlyActsEnv = "NBITS_DECODE_EARLY_ACTS";
+inline constexpr const char* kDecodeOffsetCodesEnv = "NBITS_DECODE_OFFSET_CODES";
 
 struct PlanOverrides {
     std::optional<int> down_columns;
@@ -225,6 +226,12 @@ struct PlanOverrides {
     // gate/up node and for one symmetric weight set of one column warp on two
     // CTAs of 8 warps an SM, else 0).
     std::optional<int> decode_early_acts;
+    // Whether the tensor-core decode kernels' int4 mma takes the weights'
+    // codes as the magic-number conversion leaves them (bf16 128 + q, fp16
+    // 1024 + q), its accumulator starting at minus that offset (and the zero
+    // point) times the block's sum of activations, instead of subtracting the
+    // zero point from every code: 1 on, 0 off. Unset: the rule in the plan.
+    std::optional<int> decode_offset_codes;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
     // The same rules over given variables (environment name -> text; a name
@@ -238,7 +245,7 @@ struct PlanOverrides {
     // 0 or 1, DECODE_STAGES 2 to 4, DECODE_TILES 1 or 2, DECODE_STAGE_ACTS 0 or
     // 1, DECODE_COL_WARPS 1, 2 or 4, PREFILL_CHUNK_COLUMNS 64 to 1048576,
     // DECODE_CLUSTER_K 1, 2 or 4, DECODE_CHUNKS 1 or 2, DECODE_STAGE_META,
-    // DECODE_PREFETCH and DECODE_EARLY_ACTS 0 or 1.
+    // DECODE_PREFETCH, DECODE_EARLY_ACTS and DECODE_OFFSET_CODES 0 or 1.
     static PlanOverrides parse(const std::map<std::string, std::string>& variables);
     // Whether any override is set.
     bool any() const;

@@ -273,6 +273,8 @@ PlanOverrides parse_overrides(const jit::EnvLookup& variable)
     overrides.decode_stage_meta = accepted(variable(kDecodeStageMetaEnv), [](std::uint32_t on) { return on <= 1; });
     overrides.decode_prefetch = accepted(variable(kDecodePrefetchEnv), [](std::uint32_t on) { return on <= 1; });
     overrides.decode_early_acts = accepted(variable(kDecodeEarlyActsEnv), [](std::uint32_t on) { return on <= 1; });
+    overrides.decode_offset_codes =
+        accepted(variable(kDecodeOffsetCodesEnv), [](std::uint32_t on) { return on <= 1; });
     return overrides;
 }
 
@@ -301,7 +303,7 @@ constexpr std::optional<int> PlanOverrides::*kOverrideFields[] = {
     &PlanOverrides::prefill_programmatic,  &PlanOverrides::decode_programmatic,  &PlanOverrides::decode_stages,
     &PlanOverrides::decode_tiles,          &PlanOverrides::decode_stage_acts,    &PlanOverrides::decode_col_warps,
     &PlanOverrides::decode_cluster_k,      &PlanOverrides::decode_chunks,        &PlanOverrides::decode_stage_meta,
-    &PlanOverrides::decode_prefetch,       &PlanOverrides::decode_early_acts,
+    &PlanOverrides::decode_prefetch,       &PlanOverrides::decode_early_acts,    &PlanOverrides::decode_offset_codes,
 };
 // A field added to PlanOverrides and not to the list would be neither merged nor counted.
 static_assert(sizeof(PlanOverrides) == std::size(kOverrideFields) * sizeof(std::optional<int>),

@@ -525,6 +525,21 @@ int decode_early_acts(const FastestRequest& fastest, const DecodeGeometry& geome
     return !fastest.operands.has_zero_points() && two_ctas_of_one_column_warp && steps_or_one_round ? 1 : 0;
 }
 
+// Offset codes (NBITS_OFFSET_CODES in matmul_decode.cu): int4 in exact mode
+// (blocks of 32 codes and more) multiplies the codes as the magic number
+// leaves them and starts each block's accumulator at the offset's share,
+// from one mma of a constant operand over the block's activations a chunk
+// index, shared by every tile and weight set. That trades each word's zero-point
+// subtractions (bf16: four, fp16: two) for a few mmas. Off unless
+// NBITS_DECODE_OFFSET_CODES=1 asks.
+bool decode_offset_codes(const FastestRequest& fastest)
+{
+    const MatMulNBitsConfig& config = fastest.request.config;
+    const std::optional<int> forced = fastest.request.context.overrides.decode_offset_codes;
+    const bool applies = config.bits == 4 && config.block_size >= 32;
+    return applies && forced && *forced == 1;
+}
+
 // On compute capability 9.0 and newer the tensor-core decode kernels launch
 // as programmatic dependents of the kernel before them (NBITS_DECODE_PDL=0
 // turns it off): their CTAs take the SMs that kernel's CTAs leave and wait
@@ -594,6 +609,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     std::size_t max_m = 1;
     bool programmatic = false;
     int early_acts = 0;
+    bool offset_codes = false;
     if (f32) {
         while (max_m < m) {
             max_m *= 2;
@@ -614,6 +630,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         grid = geometry.grid;
         shared_bytes = geometry.shared_bytes;
         early_acts = decode_early_acts(fastest, geometry);
+        offset_codes = decode_offset_codes(fastest);
         programmatic = decode_programmatic(fastest);
         if (programmatic) {
             shared_bytes = programmatic_shared_bytes(fastest, min_blocks, shared_bytes);
@@ -661,6 +678,9 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         if (early_acts != 0) {
             step.define("NBITS_EARLY_ACTS", early_acts);
         }
+        if (offset_codes) {
+            step.define("NBITS_OFFSET_CODES", 1);
+        }
         if (programmatic) {
             step.define("NBITS_PROGRAMMATIC", 1).programmatic_dependent(true);
             const std::optional<int> prefetch = fastest.request.context.overrides.decode_prefetch;
@@ -671,7 +691,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     }
     step.grid(grid).block(32 * warps).add_to(plan, fastest.request);
     set_variant(plan, paired ? "nbits_decode_gate_up" : "nbits_decode",
-                [m, warps, grid, tiles, col_warps, cluster_k, f32, programmatic, stage_acts, stage_meta,
+                [m, warps, grid, tiles, col_warps, cluster_k, f32, programmatic, stage_acts, stage_meta, offset_codes,
                  normalized = fastest.gamma != nullptr] {
                     const char* staged = stage_acts && stage_meta
                                              ? ", the rows of A and the scales staged with the weights"
@@ -682,7 +702,9 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
                                        "K{}, {} CTAs{} over {}-column groups{}), specialised on K, bits, block size "
                                        "and zero points{}",
                                        m, normalized ? " with the RMS norm fused" : "",
-                                       f32 ? "CUDA cores" : "tensor cores with exact codes and fp32 block scales",
+                                       f32            ? "CUDA cores"
+                                       : offset_codes ? "tensor cores with exact offset codes and fp32 block scales"
+                                                      : "tensor cores with exact codes and fp32 block scales",
                                        warps / col_warps * cluster_k,
                                        col_warps > 1 ? fmt::format(" and {} the columns", col_warps) : std::string(),
                                        grid,

@@ -2449,3 +2449,65 @@ TEST_CASE("Fastest decode stages the activations with the weights up to M = 8 un
     CHECK(stage_acts("1").decode_stage_acts == 1);
     CHECK_FALSE(stage_acts("2").decode_stage_acts.has_value());
 }
+
+TEST_CASE("Fastest decode multiplies offset codes where NBITS_DECODE_OFFSET_CODES=1 asks and the kernel can (int4, "
+          "blocks of 32 codes and more, tensor cores): no stack frame, no spills (ptxas report, sm_90)")
+{
+    auto offset = [](test::Problem p, std::optional<int> value = 1) {
+        return with_override(std::move(p), &PlanOverrides::decode_offset_codes, value);
+    };
+    auto offset_codes = [](const test::Problem& problem) {
+        return defines(test::kernel_step(problem.plan(), 0), "NBITS_OFFSET_CODES=1");
+    };
+    auto paired = [](std::size_t k, std::size_t n, const test::Shapes& shapes, int block = 32) {
+        return fastest(test::marked(node(k, n, 4, block), kGateUpSwigluAttr), shapes);
+    };
+    test::Shapes zp1 = rows(1, DataType::BFloat16);
+    zp1.zero_points = true;
+    test::Shapes zp16 = rows(16);
+    zp16.zero_points = true;
+    test::Shapes zp8 = rows(8, DataType::BFloat16);
+    zp8.zero_points = true;
+    struct Case {
+        const char* name;
+        test::Problem problem;
+    };
+    // Large register sets: zero points (each block's start from two sums), two batch tiles (an offset for each),
+    // the staged scales of one chunk index's four blocks, two weight sets.
+    const std::vector<Case> on = {
+        {"lm_head, bf16, M = 1", offset(fastest(node(4096, 128256), rows(1, DataType::BFloat16)))},
+        {"lm_head, fp16, M = 1", offset(fastest(node(4096, 128256), rows(1)))},
+        {"down projection, bf16, zero points, M = 1", offset(fastest(node(18944, 3584), zp1))},
+        {"down projection, fp16, zero points, M = 16", offset(fastest(node(14336, 4096), zp16))},
+        {"block 128, bf16, zero points, M = 8", offset(fastest(node(8192, 8192, 4, 128), zp8))},
+        {"block 64, fp16, M = 4", offset(fastest(node(4096, 4096, 4, 64), rows(4)))},
+        {"paired gate/up, block 128, bf16, zero points, M = 1", offset(paired(8192, 28672, zp1, 128))},
+    };
+    // Two weight sets of two chunks at M = 1 and of zero points at M = 16 fill the 128 registers of two CTAs an SM
+    // and spill (4 and 116 bytes).
+    CHECK(offset_codes(offset(paired(4096, 14336, rows(1, DataType::BFloat16)))));
+    CHECK(offset_codes(offset(paired(4096, 14336, zp16))));
+    for (const Case& c : on) {
+        CAPTURE(std::string(c.name));
+        const KernelStep step = test::kernel_step(c.problem.plan(), 0);
+        REQUIRE(defines(step, "NBITS_OFFSET_CODES=1"));
+        CHECK(step.entry.rfind("nbits_decode", 0) == 0);
+        jit::CompileRequest request;
+        request.source = &kernels::source_of_entry(step.entry);
+        request.entries = {step.entry};
+        request.defines = step.defines;
+        request.target = jit::Target::cubin(9, 0);
+        request.assembler_report = true;
+        const jit::CompiledImage image = jit::compile(request);
+        INFO(image.log);
+        CHECK(image.log.find("Used ") != std::string::npos);
+        CHECK(image.log.find(" 0 bytes stack frame") != std::string::npos);
+        CHECK(image.log.find(" 0 bytes spill stores") != std::string::npos);
+    }
+    // Not where the kernel has no exact int4 blocks of whole chunks (block 16, int8), on CUDA cores (fp32), nor
+    // when the override says 0.
+    CHECK_FALSE(offset_codes(offset(fastest(node(4096, 4096, 4, 16), rows(1)))));
+    CHECK_FALSE(offset_codes(offset(fastest(node(4096, 4096, 8, 32), rows(1, DataType::BFloat16)))));
+    CHECK_FALSE(offset_codes(offset(fastest(node(4096, 4096), rows(1, DataType::Float32)))));
+    CHECK_FALSE(offset_codes(offset(fastest(node(4096, 4096), rows(1, DataType::BFloat16)), 0)));
+}

@@ -1243,6 +1243,35 @@ TEST_CASE("decode with each step's scales and zero points staged with its weight
     check_decode_nodes(make_nodes(decode, 0xc4c50000ull));
 }
 
+TEST_CASE("decode multiplying offset codes (NBITS_DECODE_OFFSET_CODES=1) meets the float64 oracle")
+{
+    // Every decode case, the override applying to int4 blocks of 32 codes and more (check_decode_define confirms
+    // where), plus: bf16 and fp16 long-K down projections with zero points (each block's start from two sums) at
+    // M = 1 and 16, block 64 (two words a block) and 256 with a partial last step, the paired node with zero
+    // points at M = 1 and 9 and in two chunks, and the RMS-norm prologue (the sums over the normalised rows).
+    const ScopedEnv offset(ops::kDecodeOffsetCodesEnv, std::string("1"));
+    std::vector<FastestCase> decode = decode_cases();
+    decode.push_back(feature_case(DataType::BFloat16, 1, 4, 32, true, Bias::None, false, false, 4096, 18944));
+    decode.push_back(feature_case(DataType::Float16, 16, 4, 32, true, Bias::Plain, false, false, 4096, 14336));
+    decode.push_back(feature_case(DataType::BFloat16, 3, 4, 64, false, Bias::Folded, false, false, 1000, 4160));
+    decode.push_back(feature_case(DataType::Float16, 1, 4, 256, true, Bias::None, false, false, 1000, 4352));
+    decode.push_back(feature_case(DataType::BFloat16, 1, 4, 32, true, Bias::None, false, true, 4000, 4096));
+    decode.push_back(feature_case(DataType::Float16, 9, 4, 128, true, Bias::None, false, true, 1000, 4096));
+    decode.push_back(feature_case(DataType::BFloat16, 1, 4, 32, false, Bias::None, true, false, 3000, 4096));
+    std::vector<FastestNode> nodes = make_nodes(decode, 0x0ffc0000ull);
+    std::vector<FastestNode> offset_nodes;
+    std::vector<FastestNode> plain_nodes;
+    for (FastestNode& node : nodes) {
+        const bool applies = node.spec.bits == 4 && node.spec.block_size >= 32;
+        (applies ? offset_nodes : plain_nodes).push_back(std::move(node));
+    }
+    check_decode_define(offset_nodes, "NBITS_OFFSET_CODES=1", true);
+    check_decode_define(plain_nodes, "NBITS_OFFSET_CODES=1", false);
+    check_decode_nodes(offset_nodes);
+    const ScopedEnv two(ops::kDecodeChunksEnv, std::string("2"));
+    check_decode_nodes({make_node(decode[decode.size() - 3], 0x0ffc1000ull)});
+}
+
 TEST_CASE("decode with the rows of A and the scales staged together (the plan at M = 2..8 for two column tiles and "
           "the paired node of one chunk) meets the float64 oracle")
 {
