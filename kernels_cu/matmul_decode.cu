@@ -684,10 +684,14 @@ struct Codes<true, 8> {
 template <bool BF16>
 struct OffsetCodes;
 
+// (A template over the pair count only so that int8 kernels, which never
+// call it, compile the call.)
 template <>
 struct OffsetCodes<false> {
-    __device__ __forceinline__ static void word(u32 q, u32 (&w)[4])
+    template <int N>
+    __device__ __forceinline__ static void word(u32 q, u32 (&w)[N])
     {
+        static_assert(N == 4, "int4: four pairs a word");
         const u32 q8 = q >> 8;
         w[0] = lop_and_or(q, 0x000f000fu, 0x64006400u);
         w[1] = pfma_f16(lop_and_or(q, 0x00f000f0u, 0x64006400u), 0x2c002c00u, 0xd400d400u);
@@ -698,8 +702,10 @@ struct OffsetCodes<false> {
 
 template <>
 struct OffsetCodes<true> {
-    __device__ __forceinline__ static void word(u32 q, u32 (&w)[4])
+    template <int N>
+    __device__ __forceinline__ static void word(u32 q, u32 (&w)[N])
     {
+        static_assert(N == 4, "int4: four pairs a word");
         w[0] = lop_and_or(q, 0x000f000fu, 0x43004300u);
         w[1] = lop_and_or(q >> 4, 0x000f000fu, 0x43004300u);
         w[2] = lop_and_or(q >> 8, 0x000f000fu, 0x43004300u);

@@ -2124,6 +2124,26 @@ TEST_CASE("Fastest decode stages the scales and zero points at M = 1 where the k
     CHECK(defines(test::kernel_step(staged(fastest(node(4224, 14336), rows(1))).plan(), 0), "NBITS_STAGE_META=1"));
 }
 
+namespace {
+
+// ptxas's report on the kernel of `step` compiled for sm_90: no stack frame, no spills.
+void check_no_spills(const KernelStep& step)
+{
+    jit::CompileRequest request;
+    request.source = &kernels::source_of_entry(step.entry);
+    request.entries = {step.entry};
+    request.defines = step.defines;
+    request.target = jit::Target::cubin(9, 0);
+    request.assembler_report = true;
+    const jit::CompiledImage image = jit::compile(request);
+    INFO(image.log);
+    CHECK(image.log.find("Used ") != std::string::npos);  // the report is there
+    CHECK(image.log.find(" 0 bytes stack frame") != std::string::npos);
+    CHECK(image.log.find(" 0 bytes spill stores") != std::string::npos);
+}
+
+}  // namespace
+
 TEST_CASE("the decode kernels with staged scales keep their pointers in registers: no stack frame, no spills "
           "(ptxas report, sm_90)")
 {
@@ -2159,17 +2179,7 @@ TEST_CASE("the decode kernels with staged scales keep their pointers in register
         CAPTURE(k.name);
         const KernelStep step = test::kernel_step(k.problem.plan(), 0);
         REQUIRE(defines(step, "NBITS_STAGE_META=1"));
-        jit::CompileRequest request;
-        request.source = &kernels::source_of_entry(step.entry);
-        request.entries = {step.entry};
-        request.defines = step.defines;
-        request.target = jit::Target::cubin(9, 0);
-        request.assembler_report = true;
-        const jit::CompiledImage image = jit::compile(request);
-        INFO(image.log);
-        CHECK(image.log.find("Used ") != std::string::npos);  // the report is there
-        CHECK(image.log.find(" 0 bytes stack frame") != std::string::npos);
-        CHECK(image.log.find(" 0 bytes spill stores") != std::string::npos);
+        check_no_spills(step);
     }
 }
 
@@ -2492,17 +2502,7 @@ TEST_CASE("Fastest decode multiplies offset codes where NBITS_DECODE_OFFSET_CODE
         const KernelStep step = test::kernel_step(c.problem.plan(), 0);
         REQUIRE(defines(step, "NBITS_OFFSET_CODES=1"));
         CHECK(step.entry.rfind("nbits_decode", 0) == 0);
-        jit::CompileRequest request;
-        request.source = &kernels::source_of_entry(step.entry);
-        request.entries = {step.entry};
-        request.defines = step.defines;
-        request.target = jit::Target::cubin(9, 0);
-        request.assembler_report = true;
-        const jit::CompiledImage image = jit::compile(request);
-        INFO(image.log);
-        CHECK(image.log.find("Used ") != std::string::npos);
-        CHECK(image.log.find(" 0 bytes stack frame") != std::string::npos);
-        CHECK(image.log.find(" 0 bytes spill stores") != std::string::npos);
+        check_no_spills(step);
     }
     // Not where the kernel has no exact int4 blocks of whole chunks (block 16, int8), on CUDA cores (fp32), nor
     // when the override says 0.
