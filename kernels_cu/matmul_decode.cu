@@ -908,10 +908,11 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], u32 a0, u32 a1, u32 a2,
 #define NBITS_EXACT 1
 #endif
 constexpr bool kExact = NBITS_EXACT && (kBits == 8 || kBlock >= 32);
-#ifndef NBITS_OFFSET_CODES  // 1: int4 exact mode multiplies offset codes (see OffsetCodes)
-#define NBITS_OFFSET_CODES 0
+#ifndef NBITS_OFFSET_CODES  // int4 exact mode multiplies offset codes (see OffsetCodes), 1: the block's mma
+#define NBITS_OFFSET_CODES 0  // accumulator starts at the offset's share, 2: it is added after the block's mmas
 #endif
 constexpr bool kOffsetCodes = NBITS_OFFSET_CODES && kExact && kBits == 4;
+constexpr bool kOffsetAfter = kOffsetCodes && NBITS_OFFSET_CODES == 2;
 // Word slots that share a block (exact mode).
 constexpr int kSlotsPerBlock = kBlock / kChunkCodes >= 4 ? 4 : (kBlock / kChunkCodes >= 2 ? 2 : 1);
 // Scales (and zero points) a row needs per chunk index r.
@@ -1578,6 +1579,7 @@ __device__ __forceinline__ void tc_compute(
                     for (int i = 0; i < kScalesPerChunk; ++i) {
                         Codes<kBf16, kBits> ca, cb;
                         float c[kMTiles][4];
+                        float start[kMTiles][4];  // the offset's share, added after the mma (kOffsetAfter)
                         if constexpr (kOffsetCodes) {
                             // Rows g and g + 8 start at their share of the offset (elements 1 and 3: the odd
                             // batch rows).
@@ -1596,6 +1598,13 @@ __device__ __forceinline__ void tc_compute(
                                     c[mt][2] = o[0];
                                     c[mt][1] = kSingleRow ? 0.0f : o[1];
                                     c[mt][3] = kSingleRow ? 0.0f : o[1];
+                                }
+                                if constexpr (kOffsetAfter) {
+#pragma unroll
+                                    for (int e = 0; e < 4; ++e) {
+                                        start[mt][e] = c[mt][e];
+                                        c[mt][e] = 0.0f;
+                                    }
                                 }
                             }
                         } else {
@@ -1630,6 +1639,12 @@ __device__ __forceinline__ void tc_compute(
                                 for (int p = 0; p < kPairs / 2; ++p)
                                     mma_16816<kBf16>(c[mt], wa[2 * p], wb[2 * p], wa[2 * p + 1], wb[2 * p + 1],
                                         x[w][mt][2 * p], x[w][mt][2 * p + 1]);
+                        }
+                        if constexpr (kOffsetAfter) {
+#pragma unroll
+                            for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+                                for (int e = 0; e < 4; ++e) c[mt][e] += start[mt][e];
                         }
                         const float sa = scale_float(s_lo, i);
                         const float sb = scale_float(s_hi, i);

@@ -80,7 +80,7 @@ namespace ops {
 // (1|2), NBITS_DECODE_STAGE_ACTS (0|1), NBITS_DECODE_COL_WARPS (1|2|4),
 // NBITS_DECODE_CLUSTER_K (1|2|4), NBITS_DECODE_CHUNKS (1|2),
 // NBITS_DECODE_STAGE_META (0|1), NBITS_DECODE_PREFETCH (0|1),
-// NBITS_DECODE_EARLY_ACTS (0|1) and NBITS_DECODE_OFFSET_CODES (0|1) for its
+// NBITS_DECODE_EARLY_ACTS (0|1) and NBITS_DECODE_OFFSET_CODES (0|1|2) for its
 // decode kernels. Other values are ignored.
 inline constexpr const char* kDownColumnsEnv = "NBITS_DOWN_COLS";
 inline constexpr const char* kAccuracy4WarpsEnv = "NBITS_ACC4_WARPS";
@@ -230,7 +230,9 @@ struct PlanOverrides {
     // codes as the magic-number conversion leaves them (bf16 128 + q, fp16
     // 1024 + q), its accumulator starting at minus that offset (and the zero
     // point) times the block's sum of activations, instead of subtracting the
-    // zero point from every code: 1 on, 0 off. Unset: the rule in the plan.
+    // zero point from every code: 1 (the offset starts the block's mma
+    // accumulator) or 2 (it is added after the block's mmas), 0 off. Unset:
+    // the rule in the plan.
     std::optional<int> decode_offset_codes;
     // NBITS_* first, then the aliases.
     static PlanOverrides from_environment();
@@ -245,7 +247,7 @@ struct PlanOverrides {
     // 0 or 1, DECODE_STAGES 2 to 4, DECODE_TILES 1 or 2, DECODE_STAGE_ACTS 0 or
     // 1, DECODE_COL_WARPS 1, 2 or 4, PREFILL_CHUNK_COLUMNS 64 to 1048576,
     // DECODE_CLUSTER_K 1, 2 or 4, DECODE_CHUNKS 1 or 2, DECODE_STAGE_META,
-    // DECODE_PREFETCH, DECODE_EARLY_ACTS and DECODE_OFFSET_CODES 0 or 1.
+    // DECODE_PREFETCH and DECODE_EARLY_ACTS 0 or 1, DECODE_OFFSET_CODES 0, 1 or 2.
     static PlanOverrides parse(const std::map<std::string, std::string>& variables);
     // Whether any override is set.
     bool any() const;

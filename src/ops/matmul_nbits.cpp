@@ -274,7 +274,7 @@ PlanOverrides parse_overrides(const jit::EnvLookup& variable)
     overrides.decode_prefetch = accepted(variable(kDecodePrefetchEnv), [](std::uint32_t on) { return on <= 1; });
     overrides.decode_early_acts = accepted(variable(kDecodeEarlyActsEnv), [](std::uint32_t on) { return on <= 1; });
     overrides.decode_offset_codes =
-        accepted(variable(kDecodeOffsetCodesEnv), [](std::uint32_t on) { return on <= 1; });
+        accepted(variable(kDecodeOffsetCodesEnv), [](std::uint32_t mode) { return mode <= 2; });
     return overrides;
 }
 

@@ -531,13 +531,14 @@ int decode_early_acts(const FastestRequest& fastest, const DecodeGeometry& geome
 // from one mma of a constant operand over the block's activations a chunk
 // index, shared by every tile and weight set. That trades each word's zero-point
 // subtractions (bf16: four, fp16: two) for a few mmas. Off unless
-// NBITS_DECODE_OFFSET_CODES=1 asks.
-bool decode_offset_codes(const FastestRequest& fastest)
+// NBITS_DECODE_OFFSET_CODES asks: 1 starts the block's accumulator at the
+// offset's share, 2 adds it after the block's mmas (off their chain).
+int decode_offset_codes(const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
     const std::optional<int> forced = fastest.request.context.overrides.decode_offset_codes;
     const bool applies = config.bits == 4 && config.block_size >= 32;
-    return applies && forced && *forced == 1;
+    return applies && forced && (*forced == 1 || *forced == 2) ? *forced : 0;
 }
 
 // On compute capability 9.0 and newer the tensor-core decode kernels launch
@@ -609,7 +610,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
     std::size_t max_m = 1;
     bool programmatic = false;
     int early_acts = 0;
-    bool offset_codes = false;
+    int offset_codes = 0;
     if (f32) {
         while (max_m < m) {
             max_m *= 2;
@@ -678,8 +679,8 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
         if (early_acts != 0) {
             step.define("NBITS_EARLY_ACTS", early_acts);
         }
-        if (offset_codes) {
-            step.define("NBITS_OFFSET_CODES", 1);
+        if (offset_codes != 0) {
+            step.define("NBITS_OFFSET_CODES", offset_codes);
         }
         if (programmatic) {
             step.define("NBITS_PROGRAMMATIC", 1).programmatic_dependent(true);
@@ -703,7 +704,7 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
                                        "and zero points{}",
                                        m, normalized ? " with the RMS norm fused" : "",
                                        f32            ? "CUDA cores"
-                                       : offset_codes ? "tensor cores with exact offset codes and fp32 block scales"
+                                       : offset_codes != 0 ? "tensor cores with exact offset codes and fp32 block scales"
                                                       : "tensor cores with exact codes and fp32 block scales",
                                        warps / col_warps * cluster_k,
                                        col_warps > 1 ? fmt::format(" and {} the columns", col_warps) : std::string(),

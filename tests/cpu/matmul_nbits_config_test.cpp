@@ -267,10 +267,10 @@ TEST_CASE("NBITS_DECODE_EARLY_ACTS counts only as 0 or 1")
                    {"2", "-1", " 1", "", "on"}, {"1", 1});
 }
 
-TEST_CASE("NBITS_DECODE_OFFSET_CODES counts only as 0 or 1")
+TEST_CASE("NBITS_DECODE_OFFSET_CODES counts only as 0, 1 or 2")
 {
-    check_override(kDecodeOffsetCodesEnv, &PlanOverrides::decode_offset_codes, {{"0", 0}, {"1", 1}, {"+1", 1}},
-                   {"2", "-1", " 1", "", "on"}, {"1", 1});
+    check_override(kDecodeOffsetCodesEnv, &PlanOverrides::decode_offset_codes,
+                   {{"0", 0}, {"1", 1}, {"+1", 1}, {"2", 2}}, {"3", "-1", " 1", "", "on"}, {"2", 2});
 }
 
 TEST_CASE("plan overrides come from the environment only through PlanOverrides::from_environment")

@@ -2510,4 +2510,8 @@ TEST_CASE("Fastest decode multiplies offset codes where NBITS_DECODE_OFFSET_CODE
     CHECK_FALSE(offset_codes(offset(fastest(node(4096, 4096, 8, 32), rows(1, DataType::BFloat16)))));
     CHECK_FALSE(offset_codes(offset(fastest(node(4096, 4096), rows(1, DataType::Float32)))));
     CHECK_FALSE(offset_codes(offset(fastest(node(4096, 4096), rows(1, DataType::BFloat16)), 0)));
+    // 2: the offset's share added after the block's mmas.
+    const KernelStep after = test::kernel_step(offset(fastest(node(18944, 3584), zp1), 2).plan(), 0);
+    CHECK(defines(after, "NBITS_OFFSET_CODES=2"));
+    check_no_spills(after);
 }

@@ -1268,8 +1268,16 @@ TEST_CASE("decode multiplying offset codes (NBITS_DECODE_OFFSET_CODES=1) meets t
     check_decode_define(offset_nodes, "NBITS_OFFSET_CODES=1", true);
     check_decode_define(plain_nodes, "NBITS_OFFSET_CODES=1", false);
     check_decode_nodes(offset_nodes);
-    const ScopedEnv two(ops::kDecodeChunksEnv, std::string("2"));
-    check_decode_nodes({make_node(decode[decode.size() - 3], 0x0ffc1000ull)});
+    {
+        const ScopedEnv two(ops::kDecodeChunksEnv, std::string("2"));
+        check_decode_nodes({make_node(decode[decode.size() - 3], 0x0ffc1000ull)});
+    }
+    // 2: the offset's share added after the block's mmas, on the added cases.
+    const ScopedEnv after(ops::kDecodeOffsetCodesEnv, std::string("2"));
+    const std::vector<FastestCase> added(decode.end() - 7, decode.end());
+    const std::vector<FastestNode> after_nodes = make_nodes(added, 0x0ffc2000ull);
+    check_decode_define(after_nodes, "NBITS_OFFSET_CODES=2", true);
+    check_decode_nodes(after_nodes);
 }
 
 TEST_CASE("decode with the rows of A and the scales staged together (the plan at M = 2..8 for two column tiles and "

@@ -142,7 +142,7 @@ constexpr OverrideFlag kOverrideFlags[] = {
     {"decode-stage-meta", "0|1", kDecodeStageMetaEnv, &PlanOptions::decode_stage_meta},
     {"decode-prefetch", "0|1", kDecodePrefetchEnv, &PlanOptions::decode_prefetch},
     {"decode-early-acts", "0|1", kDecodeEarlyActsEnv, &PlanOptions::decode_early_acts},
-    {"decode-offset-codes", "0|1", kDecodeOffsetCodesEnv, &PlanOptions::decode_offset_codes},
+    {"decode-offset-codes", "0|1|2", kDecodeOffsetCodesEnv, &PlanOptions::decode_offset_codes},
 };
 
 tools::CommandLine command_line(PlanOptions& o)
