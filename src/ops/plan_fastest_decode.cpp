@@ -531,8 +531,14 @@ int decode_early_acts(const FastestRequest& fastest, const DecodeGeometry& geome
 // from one mma of a constant operand over the block's activations a chunk
 // index, shared by every tile and weight set. That trades each word's zero-point
 // subtractions (bf16: four, fp16: two) for a few mmas. Off unless
-// NBITS_DECODE_OFFSET_CODES asks: 1 starts the block's accumulator at the
-// offset's share, 2 adds it after the block's mmas (off their chain).
+// NBITS_DECODE_OFFSET_CODES asks (1 starts the block's accumulator at the
+// offset's share, 2 adds it after the block's mmas): measured on the H100 at
+// M = 1 (`nbits-bench --sweep decode --m 1 --policy fastest --no-dense
+// --overrides oc:NBITS_DECODE_OFFSET_CODES=1`), slower on 19 of 21 bf16 nodes
+// (median +2.9%) and 20 of 21 fp16 (+3.0%), where the kernel waits on its
+// loads, not on its issue slots; faster only with bf16 block 128 and zero
+// points on the long nodes (-0.8% to -3.8%, one call), too narrow a rule to
+// take from one machine without the H200's figures.
 int decode_offset_codes(const FastestRequest& fastest)
 {
     const MatMulNBitsConfig& config = fastest.request.config;
