@@ -678,9 +678,10 @@ struct Codes<true, 8> {
 // Offset codes (NBITS_OFFSET_CODES, int4 in exact mode): the word's pairs
 // as the magic number leaves them, bf16 128 + q and fp16 1024 + q (high
 // nibbles, which one fma by 1/16 brings down anyway, q), with no zero point
-// subtracted; the block's mma accumulator starts at minus the offset times
-// the sum of its activations instead (see OffsetOperand), so the weights stay
-// exact and a word costs no subtraction.
+// subtracted; the block's fp32 result takes minus the offset times the sum
+// of its activations instead (see OffsetOperand), as the mma accumulator's
+// start or added after the block's mmas, so the weights stay exact and a word
+// costs no subtraction.
 template <bool BF16>
 struct OffsetCodes;
 
@@ -1583,12 +1584,15 @@ __device__ __forceinline__ void tc_compute(
                         if constexpr (kOffsetCodes) {
                             // Rows g and g + 8 start at their share of the offset (elements 1 and 3: the odd
                             // batch rows).
+                            float za = 0.0f, zb = 0.0f;
+                            if constexpr (kHasZp) {
+                                za = zero_point_float(zero_point_byte_at(z_lo, blk0, i));
+                                zb = zero_point_float(zero_point_byte_at(z_hi, blk0, i));
+                            }
 #pragma unroll
                             for (int mt = 0; mt < kMTiles; ++mt) {
                                 const float(&o)[4] = offset[i][mt];
                                 if constexpr (kHasZp) {
-                                    const float za = zero_point_float(zero_point_byte_at(z_lo, blk0, i));
-                                    const float zb = zero_point_float(zero_point_byte_at(z_hi, blk0, i));
                                     c[mt][0] = fmaf(za, o[0], o[2]);
                                     c[mt][2] = fmaf(zb, o[0], o[2]);
                                     c[mt][1] = kSingleRow ? 0.0f : fmaf(za, o[1], o[3]);
