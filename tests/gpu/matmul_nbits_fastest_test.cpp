@@ -1243,7 +1243,7 @@ TEST_CASE("decode with each step's scales and zero points staged with its weight
     check_decode_nodes(make_nodes(decode, 0xc4c50000ull));
 }
 
-TEST_CASE("decode multiplying offset codes (NBITS_DECODE_OFFSET_CODES=1) meets the float64 oracle")
+TEST_CASE("decode multiplying offset codes (NBITS_DECODE_OFFSET_CODES=1 and 2) meets the float64 oracle")
 {
     // Every decode case, the override applying to int4 blocks of 32 codes and more (check_decode_define confirms
     // where), plus: bf16 and fp16 long-K down projections with zero points (each block's start from two sums) at
