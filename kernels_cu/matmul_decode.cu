@@ -1580,10 +1580,10 @@ __device__ __forceinline__ void tc_compute(
                     for (int i = 0; i < kScalesPerChunk; ++i) {
                         Codes<kBf16, kBits> ca, cb;
                         float c[kMTiles][4];
-                        float start[kMTiles][4];  // the offset's share, added after the mma (kOffsetAfter)
+                        float start[kMTiles][4];  // the offset's share of rows g and g + 8
                         if constexpr (kOffsetCodes) {
-                            // Rows g and g + 8 start at their share of the offset (elements 1 and 3: the odd
-                            // batch rows).
+                            // Elements 1 and 3 hold the odd batch rows. The share starts the mma's accumulator,
+                            // or with kOffsetAfter is added after the block's mmas.
                             float za = 0.0f, zb = 0.0f;
                             if constexpr (kHasZp) {
                                 za = zero_point_float(zero_point_byte_at(z_lo, blk0, i));
@@ -1593,23 +1593,18 @@ __device__ __forceinline__ void tc_compute(
                             for (int mt = 0; mt < kMTiles; ++mt) {
                                 const float(&o)[4] = offset[i][mt];
                                 if constexpr (kHasZp) {
-                                    c[mt][0] = fmaf(za, o[0], o[2]);
-                                    c[mt][2] = fmaf(zb, o[0], o[2]);
-                                    c[mt][1] = kSingleRow ? 0.0f : fmaf(za, o[1], o[3]);
-                                    c[mt][3] = kSingleRow ? 0.0f : fmaf(zb, o[1], o[3]);
+                                    start[mt][0] = fmaf(za, o[0], o[2]);
+                                    start[mt][2] = fmaf(zb, o[0], o[2]);
+                                    start[mt][1] = kSingleRow ? 0.0f : fmaf(za, o[1], o[3]);
+                                    start[mt][3] = kSingleRow ? 0.0f : fmaf(zb, o[1], o[3]);
                                 } else {
-                                    c[mt][0] = o[0];
-                                    c[mt][2] = o[0];
-                                    c[mt][1] = kSingleRow ? 0.0f : o[1];
-                                    c[mt][3] = kSingleRow ? 0.0f : o[1];
+                                    start[mt][0] = o[0];
+                                    start[mt][2] = o[0];
+                                    start[mt][1] = kSingleRow ? 0.0f : o[1];
+                                    start[mt][3] = kSingleRow ? 0.0f : o[1];
                                 }
-                                if constexpr (kOffsetAfter) {
 #pragma unroll
-                                    for (int e = 0; e < 4; ++e) {
-                                        start[mt][e] = c[mt][e];
-                                        c[mt][e] = 0.0f;
-                                    }
-                                }
+                                for (int e = 0; e < 4; ++e) c[mt][e] = kOffsetAfter ? 0.0f : start[mt][e];
                             }
                         } else {
                             if constexpr (kHasZp) {

@@ -527,9 +527,9 @@ int decode_early_acts(const FastestRequest& fastest, const DecodeGeometry& geome
 
 // Offset codes (NBITS_OFFSET_CODES in matmul_decode.cu): int4 in exact mode
 // (blocks of 32 codes and more) multiplies the codes as the magic number
-// leaves them and starts each block's accumulator at the offset's share,
-// from one mma of a constant operand over the block's activations a chunk
-// index, shared by every tile and weight set. That trades each word's zero-point
+// leaves them and corrects each block's result by the offset's share, from
+// one mma of a constant operand over the block's activations a chunk index,
+// shared by every tile and weight set. That trades each word's zero-point
 // subtractions (bf16: four, fp16: two) for a few mmas. Off unless
 // NBITS_DECODE_OFFSET_CODES asks (1 starts the block's accumulator at the
 // offset's share, 2 adds it after the block's mmas): measured on the H100 at
@@ -709,9 +709,9 @@ bool plan_decode(LaunchPlan& plan, const FastestRequest& fastest)
                                        "K{}, {} CTAs{} over {}-column groups{}), specialised on K, bits, block size "
                                        "and zero points{}",
                                        m, normalized ? " with the RMS norm fused" : "",
-                                       f32            ? "CUDA cores"
-                                       : offset_codes != 0 ? "tensor cores with exact offset codes and fp32 block scales"
-                                                      : "tensor cores with exact codes and fp32 block scales",
+                                       f32 ? "CUDA cores"
+                                           : fmt::format("tensor cores with exact {}codes and fp32 block scales",
+                                                         offset_codes != 0 ? "offset " : ""),
                                        warps / col_warps * cluster_k,
                                        col_warps > 1 ? fmt::format(" and {} the columns", col_warps) : std::string(),
                                        grid,
