@@ -2126,6 +2126,12 @@ TEST_CASE("Fastest decode stages the scales and zero points at M = 1 where the k
 
 namespace {
 
+// A node of the ptxas-report tests, named for the failure message.
+struct NamedProblem {
+    std::string name;
+    test::Problem problem;
+};
+
 // ptxas's report on the kernel of `step` compiled for sm_90: no stack frame, no spills.
 void check_no_spills(const KernelStep& step)
 {
@@ -2158,11 +2164,7 @@ TEST_CASE("the decode kernels with staged scales keep their pointers in register
     zp1.zero_points = true;
     test::Shapes zp8 = rows(8);
     zp8.zero_points = true;
-    struct Staged {
-        const char* name;
-        test::Problem problem;
-    };
-    const std::vector<Staged> cases = {
+    const std::vector<NamedProblem> cases = {
         {"lm_head, zero points, M = 1", fastest(node(4096, 128256), zp1)},
         {"down projection, zero points, M = 8", fastest(node(14336, 4096), zp8)},
         {"paired gate/up, two chunks, M = 1", paired(4096, 14336, rows(1))},
@@ -2175,7 +2177,7 @@ TEST_CASE("the decode kernels with staged scales keep their pointers in register
         {"paired gate/up, int8 block 64 (one scale), zero points, M = 1, forced",
          staged(fastest(test::marked(node(4096, 14336, 8, 64), kGateUpSwigluAttr), zp1))},
     };
-    for (const Staged& k : cases) {
+    for (const NamedProblem& k : cases) {
         CAPTURE(k.name);
         const KernelStep step = test::kernel_step(k.problem.plan(), 0);
         REQUIRE(defines(step, "NBITS_STAGE_META=1"));
@@ -2478,13 +2480,9 @@ TEST_CASE("Fastest decode multiplies offset codes where NBITS_DECODE_OFFSET_CODE
     zp16.zero_points = true;
     test::Shapes zp8 = rows(8, DataType::BFloat16);
     zp8.zero_points = true;
-    struct Case {
-        const char* name;
-        test::Problem problem;
-    };
     // Large register sets: zero points (each block's start from two sums), two batch tiles (an offset for each),
     // the staged scales of one chunk index's four blocks, two weight sets.
-    const std::vector<Case> on = {
+    const std::vector<NamedProblem> on = {
         {"lm_head, bf16, M = 1", offset(fastest(node(4096, 128256), rows(1, DataType::BFloat16)))},
         {"lm_head, fp16, M = 1", offset(fastest(node(4096, 128256), rows(1)))},
         {"down projection, bf16, zero points, M = 1", offset(fastest(node(18944, 3584), zp1))},
@@ -2497,8 +2495,8 @@ TEST_CASE("Fastest decode multiplies offset codes where NBITS_DECODE_OFFSET_CODE
     // and spill (4 and 116 bytes).
     CHECK(offset_codes(offset(paired(4096, 14336, rows(1, DataType::BFloat16)))));
     CHECK(offset_codes(offset(paired(4096, 14336, zp16))));
-    for (const Case& c : on) {
-        CAPTURE(std::string(c.name));
+    for (const NamedProblem& c : on) {
+        CAPTURE(c.name);
         const KernelStep step = test::kernel_step(c.problem.plan(), 0);
         REQUIRE(defines(step, "NBITS_OFFSET_CODES=1"));
         CHECK(step.entry.rfind("nbits_decode", 0) == 0);

@@ -1250,14 +1250,17 @@ TEST_CASE("decode multiplying offset codes (NBITS_DECODE_OFFSET_CODES=1 and 2) m
     // M = 1 and 16, block 64 (two words a block) and 256 with a partial last step, the paired node with zero
     // points at M = 1 and 9 and in two chunks, and the RMS-norm prologue (the sums over the normalised rows).
     const ScopedEnv offset(ops::kDecodeOffsetCodesEnv, std::string("1"));
+    const FastestCase paired_zp = feature_case(DataType::BFloat16, 1, 4, 32, true, Bias::None, false, true, 4000, 4096);
+    const std::vector<FastestCase> added = {
+        feature_case(DataType::BFloat16, 1, 4, 32, true, Bias::None, false, false, 4096, 18944),
+        feature_case(DataType::Float16, 16, 4, 32, true, Bias::Plain, false, false, 4096, 14336),
+        feature_case(DataType::BFloat16, 3, 4, 64, false, Bias::Folded, false, false, 1000, 4160),
+        feature_case(DataType::Float16, 1, 4, 256, true, Bias::None, false, false, 1000, 4352),
+        paired_zp,
+        feature_case(DataType::Float16, 9, 4, 128, true, Bias::None, false, true, 1000, 4096),
+        feature_case(DataType::BFloat16, 1, 4, 32, false, Bias::None, true, false, 3000, 4096)};
     std::vector<FastestCase> decode = decode_cases();
-    decode.push_back(feature_case(DataType::BFloat16, 1, 4, 32, true, Bias::None, false, false, 4096, 18944));
-    decode.push_back(feature_case(DataType::Float16, 16, 4, 32, true, Bias::Plain, false, false, 4096, 14336));
-    decode.push_back(feature_case(DataType::BFloat16, 3, 4, 64, false, Bias::Folded, false, false, 1000, 4160));
-    decode.push_back(feature_case(DataType::Float16, 1, 4, 256, true, Bias::None, false, false, 1000, 4352));
-    decode.push_back(feature_case(DataType::BFloat16, 1, 4, 32, true, Bias::None, false, true, 4000, 4096));
-    decode.push_back(feature_case(DataType::Float16, 9, 4, 128, true, Bias::None, false, true, 1000, 4096));
-    decode.push_back(feature_case(DataType::BFloat16, 1, 4, 32, false, Bias::None, true, false, 3000, 4096));
+    decode.insert(decode.end(), added.begin(), added.end());
     std::vector<FastestNode> nodes = make_nodes(decode, 0x0ffc0000ull);
     std::vector<FastestNode> offset_nodes;
     std::vector<FastestNode> plain_nodes;
@@ -1270,11 +1273,10 @@ TEST_CASE("decode multiplying offset codes (NBITS_DECODE_OFFSET_CODES=1 and 2) m
     check_decode_nodes(offset_nodes);
     {
         const ScopedEnv two(ops::kDecodeChunksEnv, std::string("2"));
-        check_decode_nodes({make_node(decode[decode.size() - 3], 0x0ffc1000ull)});
+        check_decode_nodes({make_node(paired_zp, 0x0ffc1000ull)});
     }
     // 2: the offset's share added after the block's mmas, on the added cases.
     const ScopedEnv after(ops::kDecodeOffsetCodesEnv, std::string("2"));
-    const std::vector<FastestCase> added(decode.end() - 7, decode.end());
     const std::vector<FastestNode> after_nodes = make_nodes(added, 0x0ffc2000ull);
     check_decode_define(after_nodes, "NBITS_OFFSET_CODES=2", true);
     check_decode_nodes(after_nodes);
