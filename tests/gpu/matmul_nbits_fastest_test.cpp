@@ -419,24 +419,46 @@ std::optional<Outcome> check_prefill_run(const FastestCase& c, std::uint64_t see
 
 }  // namespace
 
-TEST_CASE("KernelPolicy::Fastest meets the float64 oracle on every feature combination, fp16 and bf16")
+namespace {
+
+// The feature combinations of cases() whose activations are one of `activations` against the float64 oracle,
+// every node on one of nbits' own kernels but where Fastest keeps the original's down-projection GEMV, which
+// measured faster; the worst error goes to the test's messages. Node i of cases() takes seed + i whichever test
+// it falls in, so each node's data is the same as one test of them all would make.
+void check_every_feature(const std::vector<DataType>& activations)
 {
-    const std::vector<FastestNode> nodes = make_nodes(cases(), 0xfa57000000000000ull);
-    OracleError worst_f16;
-    OracleError worst_bf16;
-    // Fastest keeps the original's down-projection GEMV where it measured faster; all else is nbits' own.
+    std::vector<FastestNode> nodes;
+    std::uint64_t seed = 0xfa57000000000000ull;
+    for (const FastestCase& c : cases()) {
+        if (std::find(activations.begin(), activations.end(), c.activation) != activations.end()) {
+            nodes.push_back(make_node(c, seed));
+        }
+        ++seed;
+    }
+    REQUIRE_FALSE(nodes.empty());
+    OracleError worst;
     check_nodes(
         nodes,
         [](const std::string& variant) {
             return variant.rfind("nbits_", 0) == 0 || variant == "gemv_f16_down_projection";
         },
         "neither one of nbits' own kernels nor the original's down projection",
-        [&](const FastestNode& node, const Outcome& outcome) {
-            (node.spec.activation == DataType::BFloat16 ? worst_bf16 : worst_f16).merge(outcome.error);
-        });
-    MESSAGE("worst fp16 and fp32: " << worst_f16.describe());
-    MESSAGE("worst bf16: " << worst_bf16.describe() << " (relative "
-                           << worst_bf16.max_abs / std::max(worst_bf16.max_out, 1e-30f) << ")");
+        [&](const FastestNode&, const Outcome& outcome) { worst.merge(outcome.error); });
+    MESSAGE("worst: " << worst.describe() << " (relative " << worst.max_abs / std::max(worst.max_out, 1e-30f)
+                      << ")");
+}
+
+}  // namespace
+
+// Two test cases, so that gpu-check's slices compile their kernels in parallel on a cold cache.
+TEST_CASE("KernelPolicy::Fastest meets the float64 oracle on every feature combination, fp16 and fp32")
+{
+    check_every_feature({DataType::Float16, DataType::Float32});
+}
+
+TEST_CASE("KernelPolicy::Fastest meets the float64 oracle on every feature combination, bf16")
+{
+    check_every_feature({DataType::BFloat16});
 }
 
 namespace {
@@ -713,19 +735,27 @@ TEST_CASE("the sm_90 wgmma GEMM over two rows of 64-token tiles at M = 65..128 m
     }
 }
 
-TEST_CASE("the sm_90 wgmma GEMM with and without producer warps (NBITS_PREFILL_PRODUCER_WARPS) meets the float64 "
-          "oracle")
+TEST_CASE("the sm_90 wgmma GEMM's 128-token tiles with producer warps (NBITS_PREFILL_PRODUCER_WARPS 1 and 2) meet "
+          "the float64 oracle")
 {
     if (!runs_wgmma()) {
         return;
     }
-    // The 128-token tiles (M > 64) with 1 and 2 producer warps (one CTA an SM); the 64-token tiles, which take 4
-    // by default, with none (every warp copies and computes) and with 2.
+    // The 128-token tiles (M > 64) with 1 and 2 producer warps (one CTA an SM).
     for (const char* warps : {"1", "2"}) {
         CAPTURE(warps);
         const ScopedEnv producers(ops::kPrefillProducerWarpsEnv, std::string(warps));
         check_wgmma_nodes(wide_prefill_cases(), 0x9d0a0000ull);
     }
+}
+
+TEST_CASE("the sm_90 wgmma GEMM's 64-token tiles without producer warps and with 2 (NBITS_PREFILL_PRODUCER_WARPS 0 "
+          "and 2) meet the float64 oracle")
+{
+    if (!runs_wgmma()) {
+        return;
+    }
+    // The 64-token tiles, which take 4 by default, with none (every warp copies and computes) and with 2.
     const ScopedEnv min_m(ops::kPrefillWgmmaMinMEnv, std::string("17"));
     for (const char* warps : {"0", "2"}) {
         CAPTURE(warps);
@@ -1043,32 +1073,46 @@ TEST_CASE("decode with the activations staged everywhere it can (NBITS_DECODE_ST
     check_decode_nodes({make_node(decode[decode.size() - 2], 0x57a90000ull + decode.size())});
 }
 
-TEST_CASE("decode with clusters splitting K (NBITS_DECODE_CLUSTER_K) meets the float64 oracle")
+namespace {
+
+// Every decode case with K long enough for the cluster's warps (4096, or 4000 with a partial last step), its column
+// groups split over clusters of `cluster_k` CTAs (of 4: those at M = 1, 5 and 9..16; 2 where the k steps are too
+// few, int4 at M = 1 and K > N); N = 157 and 160 leave the last group partial; a wide node walks several groups a
+// cluster. The seeds run on from those of clusters of 2 to those of 4.
+void check_decode_clusters(const char* cluster_k)
 {
-    // Every decode case with K long enough for the cluster's warps (4096, or 4000 with a partial last step), its
-    // column groups split over clusters of 2 CTAs, those at M = 1, 5 and 9..16 also over clusters of 4 (2 where
-    // the k steps are too few, int4 at M = 1 and K > N); N = 157 and 160 leave the last group partial; a wide
-    // node walks several groups a cluster.
+    std::uint64_t seed = 0xc1a50000ull;
+    if (cluster_k == std::string("4")) {
+        seed += decode_cases().size() + 1;  // the nodes of clusters of 2
+    }
     if (matmul_gpu().capabilities().compute_major < 9) {
         MESSAGE("thread block clusters need compute capability 9.0: skipped on " << matmul_gpu().capabilities().name);
         return;
     }
-    std::uint64_t seed = 0xc1a50000ull;
-    for (const char* cluster_k : {"2", "4"}) {
-        CAPTURE(cluster_k);
-        const ScopedEnv cluster(ops::kDecodeClusterKEnv, std::string(cluster_k));
-        std::vector<FastestNode> nodes;
-        for (FastestCase c : decode_cases()) {
-            if (cluster_k == std::string("2") || c.m == 1 || c.m == 5 || c.m >= 9) {
-                c.k = seed % 2 == 0 ? 4096 : 4000;
-                nodes.push_back(make_node(c, seed++));
-            }
+    const ScopedEnv cluster(ops::kDecodeClusterKEnv, std::string(cluster_k));
+    std::vector<FastestNode> nodes;
+    for (FastestCase c : decode_cases()) {
+        if (cluster_k == std::string("2") || c.m == 1 || c.m == 5 || c.m >= 9) {
+            c.k = seed % 2 == 0 ? 4096 : 4000;
+            nodes.push_back(make_node(c, seed++));
         }
-        nodes.push_back(
-            make_node(feature_case(DataType::Float16, 1, 4, 32, true, Bias::Plain, false, false, 8192, 4096), seed++));
-        check_decode_define(nodes, "NBITS_CLUSTER_K=1", false);
-        check_decode_nodes(nodes);
     }
+    nodes.push_back(
+        make_node(feature_case(DataType::Float16, 1, 4, 32, true, Bias::Plain, false, false, 8192, 4096), seed++));
+    check_decode_define(nodes, "NBITS_CLUSTER_K=1", false);
+    check_decode_nodes(nodes);
+}
+
+}  // namespace
+
+TEST_CASE("decode with clusters of 2 splitting K (NBITS_DECODE_CLUSTER_K=2) meets the float64 oracle")
+{
+    check_decode_clusters("2");
+}
+
+TEST_CASE("decode with clusters of 4 splitting K (NBITS_DECODE_CLUSTER_K=4) meets the float64 oracle")
+{
+    check_decode_clusters("4");
 }
 
 TEST_CASE("decode's wide column groups in clusters of 2 at M = 9..16 (two tiles, two column warps) meet the float64 "
