@@ -1334,6 +1334,22 @@ __device__ __forceinline__ void set_max_registers()
     }
 }
 [[maybe_unused]] constexpr int kLaunchRegisters = 168;
+// Named barrier 2 hands the registers back: the computing warps arrive once they have released theirs, and the
+// producers wait there before they take their own back. setmaxnreg.inc alone waits by retrying its allocation
+// (USETMAXREG.TRY_ALLOC), a loop that issues on the schedulers the computing warps issue from; a barrier wait
+// issues nothing.
+__device__ __forceinline__ void computing_registers_released()
+{
+    if constexpr (kSplitRegisters) {
+        asm volatile("barrier.arrive 2, %0;\n" :: "n"(kBlockThreads) : "memory");
+    }
+}
+__device__ __forceinline__ void wait_computing_registers_released()
+{
+    if constexpr (kSplitRegisters) {
+        asm volatile("barrier.sync 2, %0;\n" :: "n"(kBlockThreads) : "memory");
+    }
+}
 // The stream-K producers walk segments besides k tiles: at 40 registers the paired int8 kernel with zero points
 // and blocks of 16 spilled, at 56 (the computing warpgroups at 224) none did.
 [[maybe_unused]] constexpr int kProducerRegisters = kStreamK ? 56 : 40;
@@ -1488,6 +1504,7 @@ __device__ __forceinline__ void produced_k_tiles(u8* smem, const u32 smem_base, 
         ring.parity = 1;
         int issued = 0;
         produce_by_tma(smem, smem_base, full, empty, first, count, a, src, m, m0, ring, issued);
+        wait_computing_registers_released();
         set_max_registers<true, kLaunchRegisters>();
     } else if (tid >= kThreads) {
         const StageLoader<kProducers, kPaired> loader(a, src, m, m0, tid - kThreads);
@@ -1525,6 +1542,9 @@ __device__ __forceinline__ void produced_k_tiles(u8* smem, const u32 smem_base, 
         consume_k_tiles(smem_base, full, empty, first, count, ring, released, consumed, compute);
         wgmma_wait<0>();
         set_max_registers<false, kLaunchRegisters>();
+        if (kTma) {
+            computing_registers_released();
+        }
     }
     __syncthreads();
 }
@@ -2108,7 +2128,8 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
                 place(tile, k0, k1);
                 produce_by_tma(smem, smem_base, full, empty, k0, k1 - k0, a, weights, m, seg.m0, ring, issued);
             });
-            set_max_registers<true, kLaunchRegisters>();
+            // Done: the producers exit with the registers they kept. Taking the launch's back first would wait on
+            // the computing warps' last segment, retrying the allocation on their schedulers all the while.
             return;
         }
         undefined_accumulators(acc);
