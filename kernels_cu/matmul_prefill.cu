@@ -1334,19 +1334,24 @@ __device__ __forceinline__ void set_max_registers()
     }
 }
 [[maybe_unused]] constexpr int kLaunchRegisters = 168;
-// Named barrier 2 hands the registers back: the computing warps arrive once they have released theirs, and the
-// producers wait there before they take their own back. setmaxnreg.inc alone waits by retrying its allocation
+#ifndef NBITS_REGISTER_HANDBACK
+#define NBITS_REGISTER_HANDBACK 0
+#endif
+// NBITS_REGISTER_HANDBACK: named barrier 2 hands the registers back. The computing warps arrive once they have
+// released theirs, and the producers wait there before they take their own back (the stream-K producers, which
+// share no epilogue, exit with what they kept). setmaxnreg.inc alone waits by retrying its allocation
 // (USETMAXREG.TRY_ALLOC), a loop that issues on the schedulers the computing warps issue from; a barrier wait
 // issues nothing.
+[[maybe_unused]] constexpr bool kRegisterHandback = kSplitRegisters && NBITS_REGISTER_HANDBACK;
 __device__ __forceinline__ void computing_registers_released()
 {
-    if constexpr (kSplitRegisters) {
+    if constexpr (kRegisterHandback) {
         asm volatile("barrier.arrive 2, %0;\n" :: "n"(kBlockThreads) : "memory");
     }
 }
 __device__ __forceinline__ void wait_computing_registers_released()
 {
-    if constexpr (kSplitRegisters) {
+    if constexpr (kRegisterHandback) {
         asm volatile("barrier.sync 2, %0;\n" :: "n"(kBlockThreads) : "memory");
     }
 }
@@ -1542,9 +1547,7 @@ __device__ __forceinline__ void produced_k_tiles(u8* smem, const u32 smem_base, 
         consume_k_tiles(smem_base, full, empty, first, count, ring, released, consumed, compute);
         wgmma_wait<0>();
         set_max_registers<false, kLaunchRegisters>();
-        if (kTma) {
-            computing_registers_released();
-        }
+        computing_registers_released();
     }
     __syncthreads();
 }
@@ -2128,8 +2131,9 @@ __device__ __forceinline__ void stream_k_gemm(u8* smem, const act_t* __restrict_
                 place(tile, k0, k1);
                 produce_by_tma(smem, smem_base, full, empty, k0, k1 - k0, a, weights, m, seg.m0, ring, issued);
             });
-            // Done: the producers exit with the registers they kept. Taking the launch's back first would wait on
-            // the computing warps' last segment, retrying the allocation on their schedulers all the while.
+            if constexpr (!kRegisterHandback) {
+                set_max_registers<true, kLaunchRegisters>();
+            }
             return;
         }
         undefined_accumulators(acc);

@@ -97,6 +97,7 @@ inline constexpr const char* kPrefillWideSplitEnv = "NBITS_PREFILL_WIDE_SPLIT";
 inline constexpr const char* kPrefillStreamKEnv = "NBITS_PREFILL_STREAM_K";
 inline constexpr const char* kPrefillChunkColumnsEnv = "NBITS_PREFILL_CHUNK_COLUMNS";
 inline constexpr const char* kPrefillProgrammaticEnv = "NBITS_PREFILL_PDL";
+inline constexpr const char* kPrefillRegisterHandbackEnv = "NBITS_PREFILL_REGISTER_HANDBACK";
 inline constexpr const char* kDecodeProgrammaticEnv = "NBITS_DECODE_PDL";
 inline constexpr const char* kDecodeStagesEnv = "NBITS_DECODE_STAGES";
 inline constexpr const char* kDecodeTilesEnv = "NBITS_DECODE_TILES";
@@ -173,6 +174,13 @@ struct PlanOverrides {
     // compute capability 9.0 and newer as programmatic dependents of the
     // kernel before them, as the decode kernels do. Unset: 1.
     std::optional<int> prefill_programmatic;
+    // 1: in the wgmma GEMMs whose producer warps (fed by the tensor memory
+    // accelerator, one CTA an SM) lend registers to the computing warps, the
+    // producers no longer retry taking them back while the computing warps
+    // still run: the stream-K producers exit with what they kept, the others
+    // wait on a barrier the computing warps arrive at once they have released
+    // theirs. Unset or 0: the retries, as measured so far.
+    std::optional<int> prefill_register_handback;
     // 0: the tensor-core decode kernels launch as plain stream successors; 1:
     // on compute capability 9.0 and newer as programmatic dependents of the
     // kernel before them (programmatic dependent launch). Unset: 1.

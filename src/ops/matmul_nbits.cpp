@@ -255,6 +255,8 @@ PlanOverrides parse_overrides(const jit::EnvLookup& variable)
     overrides.prefill_stream_k = accepted(variable(kPrefillStreamKEnv), [](std::uint32_t on) { return on <= 1; });
     overrides.prefill_programmatic =
         accepted(variable(kPrefillProgrammaticEnv), [](std::uint32_t on) { return on <= 1; });
+    overrides.prefill_register_handback =
+        accepted(variable(kPrefillRegisterHandbackEnv), [](std::uint32_t on) { return on <= 1; });
     overrides.decode_programmatic = accepted(variable(kDecodeProgrammaticEnv), [](std::uint32_t on) { return on <= 1; });
     overrides.decode_stages =
         accepted(variable(kDecodeStagesEnv), [](std::uint32_t stages) { return stages >= 2 && stages <= 4; });
@@ -304,6 +306,7 @@ constexpr std::optional<int> PlanOverrides::*kOverrideFields[] = {
     &PlanOverrides::decode_tiles,          &PlanOverrides::decode_stage_acts,    &PlanOverrides::decode_col_warps,
     &PlanOverrides::decode_cluster_k,      &PlanOverrides::decode_chunks,        &PlanOverrides::decode_stage_meta,
     &PlanOverrides::decode_prefetch,       &PlanOverrides::decode_early_acts,    &PlanOverrides::decode_offset_codes,
+    &PlanOverrides::prefill_register_handback,
 };
 // A field added to PlanOverrides and not to the list would be neither merged nor counted.
 static_assert(sizeof(PlanOverrides) == std::size(kOverrideFields) * sizeof(std::optional<int>),

@@ -275,6 +275,16 @@ void tile_defines(StepBuilder& step, const PrefillTiles& t)
     }
 }
 
+// NBITS_PREFILL_REGISTER_HANDBACK=1: where the producer warps lend registers to the computing warps (TMA-fed, four
+// producer warps, one CTA an SM), they stop retrying setmaxnreg.inc while the computing warps run. Nsight Compute
+// on the H100 (Qwen2.5-7B qkv at M = 512, the stream-K grid) counted 276,433 such retries, 1.1 M of the kernel's
+// 10.5 M warp instructions, issued on the computing warps' schedulers. Off unless asked: not measured yet.
+bool register_handback(const FastestRequest& fastest, const PrefillTiles& t)
+{
+    const bool lends_registers = t.wgmma && t.tma && t.producer_warps == 4 && t.min_ctas == 1;
+    return lends_registers && fastest.request.context.overrides.prefill_register_handback == 1;
+}
+
 // Tensor maps of the TMA-fed wgmma GEMM (NBITS_TMA): rows [row, row + rows)
 // of A in boxes of a k tile by the tile's tokens, 128B-swizzled as wgmma
 // reads them, and a weight set's rows in boxes of a k tile's bytes by
@@ -939,6 +949,9 @@ std::optional<PrefillTiles> add_fused_prefill(LaunchPlan& plan, const FastestReq
         }
         spec.common(step);
         tile_defines(step, t);
+        if (register_handback(fastest, t)) {
+            step.define("NBITS_REGISTER_HANDBACK", 1);
+        }
         step.define("NBITS_BIAS_MODE", paired ? 0 : spec.bias_mode());
         if (first > 0) {
             step.define("NBITS_FIRST_COLUMN_TILE", static_cast<std::int64_t>(first));

@@ -242,6 +242,12 @@ TEST_CASE("NBITS_PREFILL_STREAM_K counts only as 0 or 1")
                    {"2", "-1", " 1", "", "on"}, {"1", 1});
 }
 
+TEST_CASE("NBITS_PREFILL_REGISTER_HANDBACK counts only as 0 or 1")
+{
+    check_override(kPrefillRegisterHandbackEnv, &PlanOverrides::prefill_register_handback,
+                   {{"0", 0}, {"1", 1}, {"+1", 1}}, {"2", "-1", " 1", "", "on"}, {"1", 1});
+}
+
 TEST_CASE("NBITS_PREFILL_WGMMA_MIN_M counts only from 17 to 65")
 {
     check_override(kPrefillWgmmaMinMEnv, &PlanOverrides::prefill_wgmma_min_m,

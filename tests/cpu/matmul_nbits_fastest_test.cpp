@@ -809,6 +809,17 @@ TEST_CASE("the planned sm_90 wgmma steps assemble for sm_90a without spills and 
         {"TMA stream-K, paired gate/up int8 block 16 zero points M = 40",
          with_override(fastest(test::marked(node(4096, 14336, 8, 16), kGateUpSwigluAttr), zp40),
                        &PlanOverrides::prefill_stream_k, 1)},
+        // The producers' register hand-back on both kernels that lend registers.
+        {"TMA, bf16 int4 zero points M = 512, 256-token tiles, register hand-back",
+         with_override(tma(without_tma(node(4096, 14336), bf16_512), 256), &PlanOverrides::prefill_register_handback,
+                       1)},
+        {"TMA, paired gate/up int8 M = 1024, 256-token tiles, register hand-back",
+         with_override(tma(without_tma(test::marked(node(4096, 14336, 8), kGateUpSwigluAttr), rows(1024)), 256),
+                       &PlanOverrides::prefill_register_handback, 1)},
+        {"TMA stream-K, paired gate/up int8 block 16 zero points M = 300, register hand-back",
+         with_override(with_override(fastest(test::marked(node(4096, 14336, 8, 16), kGateUpSwigluAttr), zp300),
+                                     &PlanOverrides::prefill_stream_k, 1),
+                       &PlanOverrides::prefill_register_handback, 1)},
     };
     std::vector<std::pair<std::string, LaunchPlan>> plans;
     for (const Planned& p : planned) {
@@ -842,6 +853,37 @@ TEST_CASE("the planned sm_90 wgmma steps assemble for sm_90a without spills and 
         request.target = jit::Target::ptx(9, 0, true);
         request.assembler_report = false;
         CHECK_NOTHROW(jit::compile(request));
+    }
+}
+
+TEST_CASE("Fastest prefill on sm_90 with NBITS_PREFILL_REGISTER_HANDBACK=1: only the kernels whose producers lend "
+          "registers hand them back through a barrier")
+{
+    auto handback = [](test::Problem p) {
+        return with_override(std::move(p), &PlanOverrides::prefill_register_handback, 1);
+    };
+    auto step_of = [](const LaunchPlan& plan) -> const KernelStep& {
+        return test::kernel_step(plan, plan.steps.size() - 1);
+    };
+    // Qwen2.5-7B qkv at M = 512: the stream-K grid of 256-token tiles, four producer warps, one CTA an SM.
+    const LaunchPlan streamed = handback(fastest(node(3584, 4608), rows(512))).plan();
+    REQUIRE(streamed.variant == "nbits_prefill_wgmma");
+    CHECK(step_of(streamed).entry == "nbits_prefill_gemm_stream_k");
+    CHECK(defines(step_of(streamed), "NBITS_REGISTER_HANDBACK=1"));
+    // Without the override, the same plan without the define.
+    const LaunchPlan plain = fastest(node(3584, 4608), rows(512)).plan();
+    CHECK_FALSE(defines(step_of(plain), "NBITS_REGISTER_HANDBACK=1"));
+    CHECK(step_of(plain).defines.size() + 1 == step_of(streamed).defines.size());
+    // Llama-3-8B up at M = 512: whole 256-token tiles fed by TMA.
+    const LaunchPlan whole = handback(fastest(node(4096, 14336), rows(512))).plan();
+    CHECK(step_of(whole).entry == "nbits_prefill_gemm_tma");
+    CHECK(defines(step_of(whole), "NBITS_REGISTER_HANDBACK=1"));
+    // Two CTAs an SM lend nothing: the 128-token tiles (M = 128) and the 64-token ones (M = 64) keep their defines.
+    for (const std::size_t m : {std::size_t{64}, std::size_t{128}}) {
+        CAPTURE(m);
+        const LaunchPlan two = handback(fastest(node(4096, 14336), rows(m))).plan();
+        REQUIRE(two.variant == "nbits_prefill_wgmma");
+        CHECK_FALSE(defines(step_of(two), "NBITS_REGISTER_HANDBACK=1"));
     }
 }
 

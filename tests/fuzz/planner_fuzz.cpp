@@ -333,6 +333,7 @@ ops::PlanOverrides overrides_of(Choices& c)
         raw.prefill_tail_split = c.pick(std::vector<int>{0, 1, 2, -1});
         raw.prefill_wide_split = c.pick(std::vector<int>{0, 1, 2, -1});
         raw.prefill_stream_k = c.pick(std::vector<int>{0, 1, 2, -1});
+        raw.prefill_register_handback = c.pick(std::vector<int>{0, 1, 2, -1});
         raw.decode_offset_codes = c.pick(std::vector<int>{0, 1, 2, -1});
         return raw;
     }

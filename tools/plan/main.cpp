@@ -94,6 +94,7 @@ struct PlanOptions {
     std::optional<std::string> prefill_wide_split;
     std::optional<std::string> prefill_stream_k;
     std::optional<std::string> prefill_programmatic;
+    std::optional<std::string> prefill_register_handback;
     std::optional<std::string> decode_programmatic;
     std::optional<std::string> decode_stages;
     std::optional<std::string> decode_tiles;
@@ -131,6 +132,7 @@ constexpr OverrideFlag kOverrideFlags[] = {
     {"prefill-wide-split", "0|1", kPrefillWideSplitEnv, &PlanOptions::prefill_wide_split},
     {"prefill-stream-k", "0|1", kPrefillStreamKEnv, &PlanOptions::prefill_stream_k},
     {"prefill-pdl", "0|1", kPrefillProgrammaticEnv, &PlanOptions::prefill_programmatic},
+    {"prefill-register-handback", "0|1", kPrefillRegisterHandbackEnv, &PlanOptions::prefill_register_handback},
     {"decode-pdl", "0|1", kDecodeProgrammaticEnv, &PlanOptions::decode_programmatic},
     {"decode-stages", "2..4", kDecodeStagesEnv, &PlanOptions::decode_stages},
     {"decode-tiles", "1|2", kDecodeTilesEnv, &PlanOptions::decode_tiles},
