@@ -922,6 +922,43 @@ TEST_CASE("the stream-K wgmma GEMM (NBITS_PREFILL_STREAM_K) meets the float64 or
     run.check_replays(runtime);
 }
 
+TEST_CASE("the producers' register hand-back (NBITS_PREFILL_REGISTER_HANDBACK) meets the float64 oracle on the "
+          "256-token tiles, whole and as a stream-K grid")
+{
+    if (!runs_wgmma()) {
+        return;
+    }
+    const ScopedEnv handback(ops::kPrefillRegisterHandbackEnv, std::string("1"));
+    // Whole 256-token tiles fed by TMA, every feature: the producers wait on the named barrier before they take
+    // their registers back.
+    {
+        const ScopedEnv tokens(ops::kPrefillWgmmaTileMEnv, std::string("256"));
+        check_wgmma_nodes(tall_tile_cases(), 0x4b1b0000ull, true);
+    }
+    // The stream-K grid of 256-token tiles, every feature (K = 512 over 6500 columns: most tiles summed from the
+    // partials of two to six CTAs): the producers exit with the registers they kept.
+    const ScopedEnv stream_k(ops::kPrefillStreamKEnv, std::string("1"));
+    CudaRuntime& runtime = matmul_gpu();
+    std::uint64_t seed = 0x4b5c000000000000ull;
+    for (const FastestCase& c : at_rows(wide_prefill_cases(), {300, 257})) {
+        CAPTURE(c.describe());
+        EagerNode run(runtime, c, seed++);
+        const bool streamed =
+            run.launches(c.gate_up ? "nbits_prefill_gate_up_stream_k" : "nbits_prefill_gemm_stream_k");
+        const std::size_t row_bytes = (c.k + c.block_size - 1) / c.block_size * c.block_size * c.bits / 8;
+        CHECK(streamed == (c.k % 8 == 0 && row_bytes % 16 == 0));
+        bool handed_back = false;
+        for (const ops::PlanStep& step : run.eager.plan.steps) {
+            if (const auto* kernel = std::get_if<ops::KernelStep>(&step)) {
+                handed_back |= std::find(kernel->defines.begin(), kernel->defines.end(),
+                                         std::string("NBITS_REGISTER_HANDBACK=1")) != kernel->defines.end();
+            }
+        }
+        CHECK(handed_back == streamed);
+        run.check_oracle();
+    }
+}
+
 TEST_CASE("stream-K grids on four caller streams at once, fewer of their CTAs resident than launched, finish with "
           "the bytes of a lone run")
 {
