@@ -847,6 +847,16 @@ struct EagerNode {
         return std::any_of(entries.begin(), entries.end(),
                            [&](const std::string& entry) { return entry.find(part) != std::string::npos; });
     }
+    // Whether it ran as a stream-K grid (under NBITS_PREFILL_STREAM_K=1), checking that it did exactly where the
+    // tensor maps describe its rows: K % 8 = 0 and weight rows of whole 16 bytes.
+    bool streamed() const
+    {
+        const FastestCase& c = node.spec;
+        const bool streamed = launches(c.gate_up ? "nbits_prefill_gate_up_stream_k" : "nbits_prefill_gemm_stream_k");
+        const std::size_t row_bytes = (c.k + c.block_size - 1) / c.block_size * c.block_size * c.bits / 8;
+        CHECK(streamed == (c.k % 8 == 0 && row_bytes % 16 == 0));
+        return streamed;
+    }
     // The eager run against the float64 oracle's bounds.
     void check_oracle() const
     {
@@ -902,10 +912,7 @@ TEST_CASE("the stream-K wgmma GEMM (NBITS_PREFILL_STREAM_K) meets the float64 or
     for (const FastestCase& c : nodes) {
         CAPTURE(c.describe());
         EagerNode run(runtime, c, seed++);
-        const bool streamed =
-            run.launches(c.gate_up ? "nbits_prefill_gate_up_stream_k" : "nbits_prefill_gemm_stream_k");
-        const std::size_t row_bytes = (c.k + c.block_size - 1) / c.block_size * c.block_size * c.bits / 8;
-        CHECK(streamed == (c.k % 8 == 0 && row_bytes % 16 == 0));
+        const bool streamed = run.streamed();
         run.check_oracle();
         if (streamed) {
             CHECK(run.eager.plan.variant == "nbits_prefill_wgmma");
@@ -943,10 +950,7 @@ TEST_CASE("the producers' register hand-back (NBITS_PREFILL_REGISTER_HANDBACK) m
     for (const FastestCase& c : at_rows(wide_prefill_cases(), {300, 257})) {
         CAPTURE(c.describe());
         EagerNode run(runtime, c, seed++);
-        const bool streamed =
-            run.launches(c.gate_up ? "nbits_prefill_gate_up_stream_k" : "nbits_prefill_gemm_stream_k");
-        const std::size_t row_bytes = (c.k + c.block_size - 1) / c.block_size * c.block_size * c.bits / 8;
-        CHECK(streamed == (c.k % 8 == 0 && row_bytes % 16 == 0));
+        const bool streamed = run.streamed();
         bool handed_back = false;
         for (const ops::PlanStep& step : run.eager.plan.steps) {
             if (const auto* kernel = std::get_if<ops::KernelStep>(&step)) {
