@@ -953,7 +953,7 @@ TEST_CASE("the producers' register hand-back (NBITS_PREFILL_REGISTER_HANDBACK) m
     const ScopedEnv stream_k(ops::kPrefillStreamKEnv, std::string("1"));
     CudaRuntime& runtime = matmul_gpu();
     std::uint64_t seed = 0x4b5c000000000000ull;
-    for (const FastestCase& c : at_rows(wide_prefill_cases(), {300, 257})) {
+    for (const FastestCase& c : at_rows(wide_prefill_cases(), {300, 257, 384, 264})) {
         CAPTURE(c.describe());
         EagerNode run(runtime, c, seed++);
         const bool streamed = run.streamed();
