@@ -550,10 +550,24 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], cons
 [[maybe_unused]] constexpr int kThreadWords = kUnits * kUnitWords;     // per weight row and stage
 [[maybe_unused]] constexpr bool kActAsync = kK % 8 == 0;               // 16-byte activation chunks
 [[maybe_unused]] constexpr int kSpt = kTileK >= kBlockSize ? kTileK / kBlockSize : 1;
-[[maybe_unused]] constexpr int kScaleWords =
-    ((kScaleBytes >= 4 ? 0 : 4 - kScaleBytes) + kSpt * kScaleBytes - 1) / 4 + 1;
-[[maybe_unused]] constexpr int kZpBytes = kBits == 4 ? (kSpt == 1 ? 1 : kSpt / 2 + 1) : kSpt;
-[[maybe_unused]] constexpr int kZpWords = kHasZp ? (kZpBytes + 2) / 4 + 1 : 0;
+// The 4-byte words of a weight row's scales (zero points) a stage holds: those
+// covering the tile's `bytes` bytes, which start on a multiple of `unit`
+// bytes past the row's start, from their first byte's word. Where a row
+// starts on a word and `bytes` is a divisor or a multiple of 4 (ONNX
+// Runtime's usual shapes), a tile's bytes start on a multiple of their own
+// count and straddle no more words than they fill; else up to 4 - unit bytes
+// before them share their first word.
+__host__ __device__ constexpr int meta_words(const int row_bytes, const int bytes, const int unit)
+{
+    if (row_bytes % 4 == 0 && (bytes % 4 == 0 || 4 % bytes == 0)) {
+        return (bytes + 3) / 4;
+    }
+    return ((unit >= 4 ? 0 : 4 - unit) + bytes - 1) / 4 + 1;
+}
+[[maybe_unused]] constexpr int kScaleWords = meta_words(kKBlocks * kScaleBytes, kSpt * kScaleBytes, kScaleBytes);
+// int4: a tile of kSpt >= 2 blocks starts on an even block, a whole byte.
+[[maybe_unused]] constexpr int kZpTileBytes = kBits == 4 ? (kSpt == 1 ? 1 : kSpt / 2) : kSpt;
+[[maybe_unused]] constexpr int kZpWords = kHasZp ? meta_words(kZpRowBytes, kZpTileBytes, 1) : 0;
 [[maybe_unused]] constexpr int kWBytes = kTileN * kWRowBytes;
 [[maybe_unused]] constexpr int kABytes = kTileM * kTileK * 2;
 [[maybe_unused]] constexpr int kSBytes = kTileN * kScaleWords * 4;

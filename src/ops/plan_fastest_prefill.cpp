@@ -206,10 +206,18 @@ std::size_t prefill_shared_bytes(const PrefillTiles& t, const MatMulNBitsConfig&
 {
     const std::size_t tile_k = static_cast<std::size_t>(t.tile_k);
     const std::size_t blocks_per_stage = tile_k >= config.block_size ? tile_k / config.block_size : 1;
-    const std::size_t scale_words = ((scale_bytes >= 4 ? 0 : 4 - scale_bytes) + blocks_per_stage * scale_bytes - 1) / 4 + 1;
-    const std::size_t zp_bytes =
-        config.bits == 4 ? (blocks_per_stage == 1 ? 1 : blocks_per_stage / 2 + 1) : blocks_per_stage;
-    const std::size_t zp_words = (zp_bytes + 2) / 4 + 1;
+    const std::size_t k_blocks = (config.k + config.block_size - 1) / config.block_size;
+    // The 4-byte words of a row's scales (zero points) a stage holds (meta_words).
+    const auto meta_words = [](std::size_t row_bytes, std::size_t bytes, std::size_t unit) {
+        if (row_bytes % 4 == 0 && (bytes % 4 == 0 || 4 % bytes == 0)) {
+            return (bytes + 3) / 4;
+        }
+        return ((unit >= 4 ? 0 : 4 - unit) + bytes - 1) / 4 + 1;
+    };
+    const std::size_t scale_words = meta_words(k_blocks * scale_bytes, blocks_per_stage * scale_bytes, scale_bytes);
+    const std::size_t zp_words =
+        config.bits == 4 ? meta_words((k_blocks + 1) / 2, blocks_per_stage == 1 ? 1 : blocks_per_stage / 2, 1)
+                         : meta_words(k_blocks, blocks_per_stage, 1);
     const std::size_t raw = static_cast<std::size_t>(t.tile_n) * tile_k * config.bits / 8 +
                             static_cast<std::size_t>(t.tile_m) * tile_k * 2 +
                             static_cast<std::size_t>(t.tile_n) * 4 * (scale_words + (zero_points ? zp_words : 0));

@@ -124,7 +124,9 @@ TEST_CASE("Fastest prefill: the fused tensor-core GEMM up to M = 128, specialise
     const KernelStep& m64 = test::kernel_step(m64_plan, 0);
     CHECK(m64.config.grid == Dim3{112, 1, 1});
     CHECK(m64.config.block == Dim3{256, 1, 1});
-    CHECK(m64.config.dynamic_shared_bytes == 104448);
+    // Four stages of 128 weight rows x 64 bytes, 64 tokens x 128 k x 2 bytes and a row's four fp16 scales in two
+    // words (they start on a multiple of 8 bytes of a row of 256).
+    CHECK(m64.config.dynamic_shared_bytes == 4 * (128 * 64 + 64 * 128 * 2 + 128 * 2 * 4));
 }
 
 TEST_CASE("Fastest on sm_90 at M = 12..32: the fused GEMM's 128-row tiles where their grid fills a round or spans three")
@@ -667,6 +669,8 @@ TEST_CASE("the fused prefill GEMM's planned dynamic shared memory is what the ke
         {"mma.sync paired int8 M = 24", fastest(paired_int8, rows(24))},
         {"wgmma 64-token tiles, producer warps", fastest(node(4096, 14336), rows(64))},
         {"wgmma 128-token tiles, bf16 zero points", fastest(node(4096, 14336), bf16_zp)},
+        {"wgmma 128-token tiles, bf16 zero points, rows of scales and zero points off 4 bytes",
+         fastest(node(4000, 14336), bf16_zp)},
         {"wgmma 256-token tiles", with(fastest(node(4096, 14336), rows(512)), {{&PlanOverrides::prefill_wgmma_tile_m, 256}})},
         {"wgmma 256-row tiles", with(fastest(node(4096, 14336), rows(256)), {{&PlanOverrides::prefill_wgmma_tile_n, 256}})},
         {"wgmma split over 2, one producer warp",
