@@ -348,11 +348,12 @@ __device__ __forceinline__ DequantConst make_dequant_const(const scale_t s, cons
     if (kBf16 && kBits == 8) {
         c.bias = __float_as_uint(-(8388608.0f + (float)zp));
     } else {
-        // -(MAGIC + zp): the sign bit over MAGIC's exponent, zp in the mantissa.
-        const u32 h = (kBf16 ? 0xC300u : 0xE400u) | (u32)zp;
-        // fp16 int4 high half: -(64 + zp), whose mantissa counts sixteenths.
-        const u32 high = kInt4InPlace ? (0xD400u | ((u32)zp << 4)) : h;
-        c.bias = h | (high << 16);
+        // -(MAGIC + zp) in each half: the sign bit over MAGIC's exponent, zp in the mantissa, whose low byte
+        // (nibble for fp16 int4's high half, -(64 + zp) counting sixteenths) MAGIC leaves zero, so one multiply-add
+        // places zp in both halves without a carry.
+        constexpr u32 kNegMagic = kBf16 ? 0xC300C300u : (kInt4InPlace ? 0xD400E400u : 0xE400E400u);
+        constexpr u32 kZpPlaces = kInt4InPlace ? 0x00100001u : 0x00010001u;
+        c.bias = kNegMagic + (u32)zp * kZpPlaces;
     }
     return c;
 }
@@ -1106,13 +1107,28 @@ __device__ __forceinline__ void wgmma_wait()
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(pending) : "memory");
 }
 
-// Shared-memory descriptor of a K-major operand with 128B swizzle: start
-// address, leading byte offset 16 (unused with this swizzle), stride byte
-// offset 1024 (between 8-row groups), layout type 1 (SWIZZLE_128B).
-__device__ __forceinline__ unsigned long long act_descriptor(const u32 address)
-{
-    return (unsigned long long)((address & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
+// Shared-memory descriptors of a K-major operand with 128B swizzle: start
+// address / 16 (bits 0-13), leading byte offset 16 (unused with this swizzle),
+// stride byte offset 1024 (between 8-row groups), layout type 1
+// (SWIZZLE_128B). The k16 steps of a stage differ only in their start, and
+// shared memory ends below 256 KiB, so a step's descriptor is the stage's
+// with its byte offset / 16 added to the start field, which never carries
+// out of its 14 bits: one add a wgmma instead of encoding each address anew.
+struct ActDescriptor {
+    u32 low;  // start field | leading byte offset field
+    __device__ __forceinline__ explicit ActDescriptor(const u32 address)
+        : low(((address & 0x3FFFFu) >> 4) | (1u << 16))
+    {
+    }
+    // The descriptor of the operand `offset` bytes (a multiple of 16) past the stage's.
+    __device__ __forceinline__ unsigned long long at(const u32 offset) const
+    {
+        return (unsigned long long)(low + (offset >> 4)) | (64ull << 32) | (1ull << 62);
+    }
+};
+// Under the 80-register cap of two CTAs an SM the stage's descriptor, live across the tile, made ptxas spill
+// (the paired bf16 int8 kernel on 64-token tiles); there each wgmma encodes its own address.
+[[maybe_unused]] constexpr bool kStageDescriptor = NBITS_MIN_CTAS == 1;
 
 [[maybe_unused]] constexpr int kWgmmaN = kTileM < 128 ? kTileM : 128;      // tokens per wgmma
 [[maybe_unused]] constexpr int kWgmmaHalves = kWgmma ? kTileM / kWgmmaN : 1;  // wgmmas per k16 step
@@ -1235,6 +1251,7 @@ __device__ __forceinline__ void compute_stage_wgmma(
     const int hi_row = kGateUpRows ? kTileN / 2 + 8 * warp + g : 16 * warp + g + 8;
     const u32 select = (u32)(2 * (t & 1));
     const u32 step = held_step(src.n);
+    const ActDescriptor act(act_smem);
     constexpr int kRowWords = kWRowBytes / 4;
     u32 lo[kRowWords];
     u32 hi[kRowWords];
@@ -1265,7 +1282,10 @@ __device__ __forceinline__ void compute_stage_wgmma(
             const int s = s0 + q;
 #pragma unroll
             for (int h = 0; h < kWgmmaHalves; ++h) {
-                wgmma_step(acc[h], frag[q], act_descriptor(act_smem + 32 * s + h * kWgmmaN * 128), s > 0 || !first_tile);
+                const u32 offset = 32 * s + h * kWgmmaN * 128;
+                const unsigned long long b =
+                    kStageDescriptor ? act.at(offset) : ActDescriptor(act_smem + offset).at(0);
+                wgmma_step(acc[h], frag[q], b, s > 0 || !first_tile);
             }
         }
         wgmma_commit();
@@ -1486,8 +1506,11 @@ __device__ __forceinline__ void consume_k_tiles(const u32 smem_base, const u32 f
             mbarrier_arrive(empty + 8 * released.stage);
         }
         mbarrier_wait(full + 8 * ring.stage, ring.parity);
-        // The copies (generic proxy) become visible to wgmma (async proxy).
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        if constexpr (!kTma) {
+            // The copies (generic proxy) become visible to wgmma (async proxy). The tensor memory accelerator's
+            // copies are the async proxy's own, complete once the full barrier is.
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        }
         compute(ring.stage, smem_base + ring.stage * kStageBytes, first + i);
         ring.advance();
         released.advance();
